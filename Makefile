@@ -1,0 +1,42 @@
+# `make test` and `make demo` do their own set-up from a fresh clone (apt, npm ci, project venv).
+# Each area keeps its targets in mk/<area>.mk: lambdas, cdk, dataplane, twin.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+
+.PHONY: setup test lint demo bench clean
+setup: $(STAMPS)/apt $(STAMPS)/npm $(STAMPS)/venv
+
+$(STAMPS)/apt: scripts/apt-packages.txt scripts/install-apt.sh
+	bash scripts/install-apt.sh
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/npm: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/venv: requirements-dev.txt constraints.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt -c constraints.txt
+	@mkdir -p $(STAMPS) && touch $@
+
+include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk
+
+lint: setup lint-lambdas lint-cdk lint-dataplane lint-twin
+
+# Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
+test: setup
+	@failed=""; \
+	for t in lint test-lambdas test-cdk test-dataplane test-twin; do \
+	  echo "==> make $$t"; \
+	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi; \
+	echo "all test targets passed"
+
+clean:
+	rm -rf cdk.out out $(STAMPS)
