@@ -1,5 +1,5 @@
 # `make test` and `make demo` do their own set-up from a fresh clone (apt, npm ci, project venv).
-# Each area keeps its targets in mk/<area>.mk: lambdas, cdk, dataplane, twin.
+# Each area keeps its targets in mk/<area>.mk: lambdas, cdk, dataplane, twin, bench.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := test
@@ -24,9 +24,9 @@ $(STAMPS)/venv: requirements-dev.txt constraints.txt
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt -c constraints.txt
 	@mkdir -p $(STAMPS) && touch $@
 
-include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk
+include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk
 
-lint: setup lint-lambdas lint-cdk lint-dataplane lint-twin
+lint: setup lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
 
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup

@@ -4,5 +4,3 @@ lint-dataplane: setup
 	@echo "lint-dataplane: nothing yet"
 test-dataplane: setup
 	@echo "test-dataplane: nothing yet"
-bench: setup
-	@echo "bench: not built yet" && exit 1
