@@ -1,0 +1,580 @@
+"""Disk-image builders for the data-plane tests, the benchmark and the local twin.
+
+Everything here runs as root on a kernel that does not scan partition tables: partitions are
+reached through offset loop devices (``losetup -o OFFSET --sizelimit SIZE``). Every context
+manager detaches the loop devices it attached and unmounts what it mounted, even on failure, and
+never touches devices it did not set up itself (other users share the loop devices).
+
+Typical use::
+
+    disk = build_gpt_efi_ext4(tmp_path / "disk.img")
+    with partition_mount(disk, 3) as mnt:
+        fill_dirty(mnt, seed=1)
+    hashes = file_hashes(disk, 3)
+
+Stable API (imported by the local twin and the benchmark): ``Partition``, ``DiskImage``,
+``loop_device``, ``mounted``, ``partition_loop``, ``partition_mount``, the ``build_*`` functions,
+``fill_dirty``, ``crash_after_writes``, ``file_hashes``, ``recovered_copy``,
+``written_chunks``, ``data_chunks``, ``CHUNK``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIB = 1024 * 1024
+CHUNK = 512 * 1024  # EBS snapshot block size
+SECTOR = 512
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of a disk image. ``number`` is 1-based; a bare disk has number 1."""
+
+    number: int
+    start: int  # bytes
+    size: int  # bytes
+    fs: str  # "ext4", "xfs", "ntfs", "vfat", "swap", "btrfs", "none" (raw data) or "empty"
+
+
+@dataclass
+class DiskImage:
+    """A disk image file plus what the builder put on it."""
+
+    path: Path
+    size: int
+    table: str  # "gpt", "mbr" or "none"
+    partitions: list[Partition] = field(default_factory=list)
+
+    def partition(self, number: int) -> Partition:
+        for part in self.partitions:
+            if part.number == number:
+                return part
+        raise KeyError(f"{self.path} has no partition {number}")
+
+
+def run(*args: str, input_: bytes | None = None) -> str:
+    """Run a command; raise with its stderr when it fails."""
+    proc = subprocess.run(list(args), input=input_, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({proc.returncode}): "
+            f"{proc.stderr.decode(errors='replace').strip()}"
+        )
+    return proc.stdout.decode(errors="replace")
+
+
+def _retry(action: list[str], attempts: int = 20) -> None:
+    # Detach and unmount race with udev and FUSE daemons still holding the device for a moment.
+    for attempt in range(attempts):
+        proc = subprocess.run(action, capture_output=True, check=False)
+        if proc.returncode == 0:
+            return
+        time.sleep(0.1 * (attempt + 1))
+    raise RuntimeError(f"{' '.join(action)} kept failing: {proc.stderr.decode().strip()}")
+
+
+@contextlib.contextmanager
+def loop_device(
+    path: str | os.PathLike[str],
+    offset: int = 0,
+    size: int | None = None,
+    read_only: bool = False,
+) -> Iterator[str]:
+    """Attach ``path`` (from ``offset``, ``size`` bytes) to a free loop device; always detach."""
+    args = ["losetup", "--find", "--show", "--offset", str(offset)]
+    if size is not None:
+        args += ["--sizelimit", str(size)]
+    if read_only:
+        args.append("--read-only")
+    device = run(*args, str(path)).strip()
+    try:
+        yield device
+    finally:
+        _retry(["losetup", "--detach", device])
+
+
+@contextlib.contextmanager
+def mounted(
+    device: str, fstype: str | None = None, options: str = "", image: str | None = None
+) -> Iterator[Path]:
+    """Mount ``device`` on a fresh temporary directory; always unmount and remove it.
+
+    ``fstype="ntfs"`` mounts through ntfs-3g (FUSE); everything else through the kernel.
+    """
+    mnt = Path(tempfile.mkdtemp(prefix="sparsecopy-test-mnt-"))
+    try:
+        if fstype == "ntfs":
+            run("ntfs-3g", *(["-o", options] if options else []), device, str(mnt))
+        else:
+            run(
+                "mount",
+                *(["-t", fstype] if fstype else []),
+                *(["-o", options] if options else []),
+                device,
+                str(mnt),
+            )
+        try:
+            yield mnt
+        finally:
+            _retry(["umount", str(mnt)])
+    finally:
+        mnt.rmdir()
+
+
+@contextlib.contextmanager
+def partition_loop(disk: DiskImage, number: int, read_only: bool = False) -> Iterator[str]:
+    """An offset loop device over one partition of ``disk``."""
+    part = disk.partition(number)
+    with loop_device(disk.path, part.start, part.size, read_only) as device:
+        yield device
+
+
+@contextlib.contextmanager
+def partition_mount(disk: DiskImage, number: int, options: str = "") -> Iterator[Path]:
+    """Mount one partition (ext4, xfs, btrfs through the kernel; ntfs through ntfs-3g)."""
+    part = disk.partition(number)
+    if part.fs == "vfat":
+        raise ValueError("this kernel has no vfat driver: use the mtools helpers for FAT")
+    opts = options
+    if part.fs == "xfs":
+        # Test images are often copies of each other: identical UUIDs must still mount.
+        opts = ",".join(o for o in ("nouuid", options) if o)
+    with (
+        partition_loop(disk, number) as device,
+        mounted(device, part.fs, opts) as mnt,
+    ):
+        yield mnt
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def create_sparse(path: Path, size: int) -> None:
+    """A sparse file of ``size`` bytes that holds no data (like a never-written EBS volume)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _sfdisk_partitions(path: Path, fs: list[str]) -> list[Partition]:
+    table = json.loads(run("sfdisk", "--json", str(path)))["partitiontable"]
+    sector = int(table.get("sectorsize", SECTOR))
+    parts = []
+    # ``fs`` names the partitions in sfdisk's order (for MBR: 1-4, then logical 5, 6, ...).
+    for entry, fs_name in zip(table["partitions"], fs, strict=True):
+        number = int(entry["node"][len(str(path)) :])
+        parts.append(Partition(number, entry["start"] * sector, entry["size"] * sector, fs_name))
+    return sorted(parts, key=lambda p: p.number)
+
+
+def make_gpt(path: Path, size: int, layout: list[tuple[int, str, str]]) -> DiskImage:
+    """Create ``path`` with a GPT. ``layout``: (size in MiB or 0 = rest, sgdisk type code, fs)."""
+    create_sparse(path, size)
+    args = ["sgdisk", "--clear"]
+    for number, (mib, code, _fs) in enumerate(layout, start=1):
+        end = f"+{mib}M" if mib else "0"
+        args += [f"--new={number}:0:{end}", f"--typecode={number}:{code}"]
+    run(*args, str(path))
+    return DiskImage(path, size, "gpt", _sfdisk_partitions(path, [fs for _, _, fs in layout]))
+
+
+def make_mbr(path: Path, size: int, script: str, fs: list[str]) -> DiskImage:
+    """Create ``path`` with an MBR from an sfdisk ``script``; ``fs`` names each partition."""
+    create_sparse(path, size)
+    run("sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", str(path), input_=script.encode())
+    return DiskImage(path, size, "mbr", _sfdisk_partitions(path, fs))
+
+
+def mkfs(disk: DiskImage, number: int, *extra: str) -> None:
+    """Make the filesystem named by the partition's ``fs`` on it."""
+    part = disk.partition(number)
+    with partition_loop(disk, number) as device:
+        if part.fs == "ext4":
+            run("mkfs.ext4", "-q", "-F", *extra, device)
+        elif part.fs == "xfs":
+            run("mkfs.xfs", "-q", "-f", *extra, device)
+        elif part.fs == "btrfs":
+            run("mkfs.btrfs", "-q", "-f", *extra, device)
+        elif part.fs == "ntfs":
+            run("mkntfs", "-q", "-F", "-f", *extra, device)
+        elif part.fs == "swap":
+            run("mkswap", *extra, device)
+        elif part.fs == "vfat":
+            run("mkfs.fat", *extra, device)
+        else:
+            raise ValueError(f"no mkfs for {part.fs!r}")
+
+
+def _write_random(path: Path, size: int, rng: random.Random) -> str:
+    """Write ``size`` bytes of incompressible data; return its SHA-256."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            block = rng.randbytes(min(left, MIB))
+            digest.update(block)
+            f.write(block)
+            left -= len(block)
+        f.flush()
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def fill_dirty(
+    mnt: Path,
+    seed: int,
+    files: int = 6,
+    file_size: int = 8 * MIB,
+    delete: tuple[int, ...] = (1, 3, 5),
+) -> dict[str, str]:
+    """Write ``files`` random files, sync, then delete some of them (1-based numbers).
+
+    The deleted files' blocks stay non-zero on the device but are free in the filesystem: the
+    "dirty" state a long-lived volume's snapshot carries. Returns {relative path: sha256} of the
+    files that remain (each fsync'ed, so they survive a crash right after this returns).
+    """
+    rng = random.Random(seed)
+    sub = mnt / "data"
+    sub.mkdir(exist_ok=True)
+    kept: dict[str, str] = {}
+    for i in range(1, files + 1):
+        name = f"data/file{i:02d}.bin"
+        kept[name] = _write_random(mnt / name, file_size, rng)
+    os.sync()
+    for i in delete:
+        name = f"data/file{i:02d}.bin"
+        (mnt / name).unlink()
+        del kept[name]
+    os.sync()
+    return kept
+
+
+def crash_after_writes(mnt: Path, seed: int, files: int = 3, file_size: int = 8 * MIB) -> dict[str, str]:
+    """Write and fsync more files, then shut the filesystem down without a clean unmount.
+
+    Works for XFS and ext4 (``xfs_io -x -c "shutdown -f"``: flush the log, stop all I/O). The
+    device afterwards is what a crash-consistent snapshot of a running instance looks like: the
+    journal/log holds changes the on-disk free-space maps do not show yet. Returns the new files'
+    hashes. The caller still unmounts (the context manager does).
+    """
+    rng = random.Random(seed)
+    sub = mnt / "crash"
+    sub.mkdir(exist_ok=True)
+    written = {}
+    for i in range(1, files + 1):
+        name = f"crash/late{i:02d}.bin"
+        written[name] = _write_random(mnt / name, file_size, rng)
+    run("xfs_io", "-x", "-c", "shutdown -f", str(mnt))
+    return written
+
+
+def write_random_bytes(path: Path, offset: int, size: int, seed: int) -> None:
+    """Overwrite ``size`` bytes at ``offset`` of an image file with random data."""
+    rng = random.Random(seed)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        left = size
+        while left:
+            block = rng.randbytes(min(left, MIB))
+            f.write(block)
+            left -= len(block)
+
+
+def scribble_free_space(path: Path, start: int, size: int, seed: int) -> None:
+    """Fill a partition with random bytes before mkfs: the "ever written" history of a volume."""
+    write_random_bytes(path, start, size, seed)
+
+
+# ---------------------------------------------------------------- disk builders
+# Each returns a DiskImage. Sizes are small so a test run stays within minutes; images are sparse.
+
+BIOS_BOOT = "EF02"
+EFI_SYSTEM = "EF00"
+LINUX = "8300"
+LINUX_SWAP = "8200"
+
+
+def build_gpt_efi_ext4(path: Path, size: int = 160 * MIB, seed: int = 1) -> DiskImage:
+    """GPT: 1 MiB BIOS-boot (random "boot loader" bytes), 32 MiB EFI (FAT16), rest ext4, dirty."""
+    disk = make_gpt(
+        path,
+        size,
+        [(1, BIOS_BOOT, "none"), (32, EFI_SYSTEM, "vfat"), (0, LINUX, "ext4")],
+    )
+    boot = disk.partition(1)
+    write_random_bytes(path, boot.start, 200 * 1024, seed)  # like GRUB core.img: part data
+    mkfs(disk, 2, "-F", "16", "-n", "EFI")
+    efi_files(disk, 2, seed)
+    mkfs(disk, 3)
+    with partition_mount(disk, 3) as mnt:
+        fill_dirty(mnt, seed)
+    return disk
+
+
+def efi_files(disk: DiskImage, number: int, seed: int) -> None:
+    """Put a few files on a FAT partition with mtools, then delete one (FAT leaves the data)."""
+    part = disk.partition(number)
+    image = f"{disk.path}@@{part.start}"
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, size in (("BOOTX64.EFI", 900 * 1024), ("grub.cfg", 3000), ("old.bin", 3 * MIB)):
+            Path(tmp, name).write_bytes(rng.randbytes(size))
+        run("mmd", "-i", image, "::/EFI", "::/EFI/BOOT")
+        for name in ("BOOTX64.EFI", "grub.cfg", "old.bin"):
+            run("mcopy", "-i", image, str(Path(tmp, name)), f"::/EFI/BOOT/{name}")
+        run("mdel", "-i", image, "::/EFI/BOOT/old.bin")
+
+
+def build_gpt_xfs(
+    path: Path, size: int = 400 * MIB, seed: int = 2, crash: bool = False
+) -> DiskImage:
+    """GPT like AL2023: 1 MiB BIOS-boot, 10 MiB EFI (FAT), rest XFS; dirty, optionally crashed."""
+    disk = make_gpt(
+        path, size, [(1, BIOS_BOOT, "none"), (10, EFI_SYSTEM, "vfat"), (0, LINUX, "xfs")]
+    )
+    write_random_bytes(path, disk.partition(1).start, 100 * 1024, seed)
+    mkfs(disk, 2, "-F", "16", "-n", "EFI")
+    efi_files(disk, 2, seed)
+    mkfs(disk, 3)
+    with partition_mount(disk, 3) as mnt:
+        fill_dirty(mnt, seed, files=8, file_size=16 * MIB, delete=(2, 4, 6, 8))
+        if crash:
+            crash_after_writes(mnt, seed + 100, files=4, file_size=16 * MIB)
+    return disk
+
+
+def build_mbr_ntfs(path: Path, size: int = 200 * MIB, seed: int = 3) -> DiskImage:
+    """MBR like Windows: two NTFS partitions (system and data), both dirty."""
+    disk = make_mbr(
+        path,
+        size,
+        "label: dos\nstart=2048, size=100MiB, type=7, bootable\nstart=, size=, type=7\n",
+        ["ntfs", "ntfs"],
+    )
+    for number in (1, 2):
+        part = disk.partition(number)
+        scribble_free_space(path, part.start, part.size // 2, seed + number)
+        with partition_loop(disk, number) as device:
+            run("mkntfs", "-q", "-F", "-f", "--sector-size", "512",
+                "--partition-start", str(part.start // SECTOR), device)
+        with partition_mount(disk, number) as mnt:
+            fill_dirty(mnt, seed + number, files=6, file_size=6 * MIB)
+    return disk
+
+
+def build_mbr_logical(path: Path, size: int = 160 * MIB, seed: int = 4) -> DiskImage:
+    """MBR with a primary ext4 and an extended partition holding two logical ext4 partitions."""
+    disk = make_mbr(
+        path,
+        size,
+        "label: dos\nstart=2048, size=40MiB, type=83\nstart=, size=, type=5\n"
+        "size=40MiB, type=83\nsize=, type=83\n",
+        ["ext4", "extended", "ext4", "ext4"],
+    )
+    for number in (1, 5, 6):
+        mkfs(disk, number)
+        with partition_mount(disk, number) as mnt:
+            fill_dirty(mnt, seed + number, files=4, file_size=4 * MIB, delete=(2,))
+    return disk
+
+
+def build_bare_ext4(
+    path: Path, size: int = 128 * MIB, seed: int = 5, crash: bool = False
+) -> DiskImage:
+    """A volume that is one ext4 filesystem, no partition table; dirty, optionally crashed."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "ext4")])
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        fill_dirty(mnt, seed)
+        if crash:
+            crash_after_writes(mnt, seed + 100)
+    return disk
+
+
+def build_ext4_swap(path: Path, size: int = 128 * MIB, seed: int = 6) -> DiskImage:
+    """GPT with ext4 and a swap partition whose pages hold stale (random) data."""
+    disk = make_gpt(path, size, [(96, LINUX, "ext4"), (0, LINUX_SWAP, "swap")])
+    swap = disk.partition(2)
+    scribble_free_space(path, swap.start, swap.size, seed)  # stale pages: garbage to drop
+    mkfs(disk, 2)
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        fill_dirty(mnt, seed)
+    return disk
+
+
+def build_btrfs(path: Path, size: int = 256 * MIB, seed: int = 7) -> DiskImage:
+    """A bare btrfs volume, dirty (btrfs is copied by trim or raw, not by a parsed map)."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "btrfs")])
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        fill_dirty(mnt, seed, files=6, file_size=8 * MIB)
+    return disk
+
+
+def build_empty(path: Path, size: int = 64 * MIB) -> DiskImage:
+    """A never-written volume: no table, no filesystem, no data."""
+    create_sparse(path, size)
+    return DiskImage(path, size, "none", [Partition(1, 0, size, "empty")])
+
+
+def build_random_partition(path: Path, size: int = 64 * MIB, seed: int = 8) -> DiskImage:
+    """GPT with one partition of random bytes (no filesystem) and one mostly zero."""
+    disk = make_gpt(path, size, [(24, LINUX, "none"), (0, LINUX, "none")])
+    first = disk.partition(1)
+    write_random_bytes(path, first.start, first.size, seed)
+    second = disk.partition(2)
+    write_random_bytes(path, second.start + 3 * MIB + 4096, 8192, seed + 1)  # a lone island
+    return disk
+
+
+# ---------------------------------------------------------------- checking
+
+
+def _hash_tree(root: Path) -> dict[str, str]:
+    hashes = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            full = Path(dirpath, name)
+            if full.is_symlink() or not full.is_file():
+                continue
+            rel = str(full.relative_to(root))
+            if rel.startswith(("System Volume Information", "$")):
+                continue
+            digest = hashlib.sha256()
+            with open(full, "rb") as f:
+                for block in iter(lambda f=f: f.read(MIB), b""):
+                    digest.update(block)
+            hashes[rel] = digest.hexdigest()
+    return hashes
+
+
+def file_hashes(disk: DiskImage, number: int) -> dict[str, str]:
+    """SHA-256 of every regular file in one partition: {relative path: hex digest}.
+
+    ext4/xfs/btrfs: kernel mount (read-only; a dirty log is replayed in memory by the kernel
+    only if the device is writable, so pass a recovered copy for crashed images); ntfs: ntfs-3g
+    read-only; vfat: mtools (no kernel driver here).
+    """
+    part = disk.partition(number)
+    if part.fs == "vfat":
+        with tempfile.TemporaryDirectory() as tmp:
+            run("mcopy", "-s", "-n", "-Q", "-i", f"{disk.path}@@{part.start}", "::/*", tmp)
+            return _hash_tree(Path(tmp))
+    options = "ro,nouuid" if part.fs == "xfs" else "ro"
+    with partition_loop(disk, number) as device, mounted(device, part.fs, options) as mnt:
+        return _hash_tree(mnt)
+
+
+def recovered_copy(disk: DiskImage, dest: Path) -> DiskImage:
+    """A sparse copy of the image whose filesystems went through their own recovery.
+
+    Mounting each kernel filesystem read-write replays its journal/log; the copy is then "the
+    source's view after its own recovery", the reference every target file is checked against.
+    """
+    run("cp", "--sparse=always", str(disk.path), str(dest))
+    copy = DiskImage(dest, disk.size, disk.table, list(disk.partitions))
+    for part in copy.partitions:
+        if part.fs in ("ext4", "xfs", "btrfs"):
+            with partition_mount(copy, part.number):
+                pass
+    return copy
+
+
+def fsck_clean(disk: DiskImage, number: int) -> None:
+    """Raise unless the partition's filesystem checks clean in no-change mode."""
+    part = disk.partition(number)
+    if part.fs == "vfat":
+        with partition_loop(disk, number, read_only=True) as device:
+            run("fsck.fat", "-n", device)
+        return
+    with partition_loop(disk, number, read_only=True) as device:
+        if part.fs == "ext4":
+            run("e2fsck", "-f", "-n", device)
+        elif part.fs == "xfs":
+            run("xfs_repair", "-n", device)
+        elif part.fs == "btrfs":
+            run("btrfs", "check", "--readonly", device)
+        elif part.fs == "ntfs":
+            run("ntfsfix", "--no-action", device)
+        else:
+            raise ValueError(f"no fsck for {part.fs!r}")
+
+
+def data_chunks(path: Path, chunk: int = CHUNK) -> set[int]:
+    """Indexes of ``chunk``-sized aligned chunks of a sparse file that hold allocated data.
+
+    This is how tests count "written 512 KiB chunks" of a target: writing zeros allocates, as on
+    EBS, so every chunk the program wrote shows up here.
+    """
+    chunks: set[int] = set()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = os.fstat(fd).st_size
+        pos = 0
+        while pos < end:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data after pos
+                break
+            stop = os.lseek(fd, start, os.SEEK_HOLE)
+            chunks.update(range(start // chunk, (stop - 1) // chunk + 1))
+            pos = stop
+    finally:
+        os.close(fd)
+    return chunks
+
+
+def written_chunks(path: Path) -> int:
+    """Number of 512 KiB chunks of a sparse target file that hold data."""
+    return len(data_chunks(path))
+
+
+def nonzero_chunks(path: Path, chunk: int = CHUNK) -> set[int]:
+    """Chunks of a file that hold at least one non-zero byte (reads the data regions only)."""
+    found = set()
+    zero = bytes(chunk)
+    with open(path, "rb") as f:
+        for index in sorted(data_chunks(path, chunk)):
+            f.seek(index * chunk)
+            block = f.read(chunk)
+            if block != zero[: len(block)]:
+                found.add(index)
+    return found
+
+
+def same_bytes(a: Path, b: Path, start: int, size: int) -> bool:
+    """Whether two files hold the same bytes in [start, start + size)."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        fa.seek(start)
+        fb.seek(start)
+        left = size
+        while left:
+            n = min(left, 4 * MIB)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
+def partition_table(path: Path) -> str:
+    """The partition table as sfdisk dumps it (``label-id``, entries, GUIDs), for comparison."""
+    return run("sfdisk", "--dump", str(path)).replace(str(path), "DISK")
+
+
+def which(tool: str) -> bool:
+    return shutil.which(tool) is not None
