@@ -261,7 +261,9 @@ def fill_dirty(
     return kept
 
 
-def crash_after_writes(mnt: Path, seed: int, files: int = 3, file_size: int = 8 * MIB) -> dict[str, str]:
+def crash_after_writes(
+    mnt: Path, seed: int, files: int = 3, file_size: int = 8 * MIB
+) -> dict[str, str]:
     """Write and fsync more files, then shut the filesystem down without a clean unmount.
 
     Works for XFS and ext4 (``xfs_io -x -c "shutdown -f"``: flush the log, stop all I/O). The
@@ -367,8 +369,17 @@ def build_mbr_ntfs(path: Path, size: int = 200 * MIB, seed: int = 3) -> DiskImag
         part = disk.partition(number)
         scribble_free_space(path, part.start, part.size // 2, seed + number)
         with partition_loop(disk, number) as device:
-            run("mkntfs", "-q", "-F", "-f", "--sector-size", "512",
-                "--partition-start", str(part.start // SECTOR), device)
+            run(
+                "mkntfs",
+                "-q",
+                "-F",
+                "-f",
+                "--sector-size",
+                "512",
+                "--partition-start",
+                str(part.start // SECTOR),
+                device,
+            )
         with partition_mount(disk, number) as mnt:
             fill_dirty(mnt, seed + number, files=6, file_size=6 * MIB)
     return disk

@@ -1,0 +1,177 @@
+"""Decide, per partition, what to copy: the filesystem's allocated ranges, a header, or every
+non-zero block. With ``recover`` the journal/log is replayed first (the only write to SOURCE)."""
+
+import os
+from typing import Callable, NamedTuple, Optional
+
+from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
+from .blockdev import flush, partition_device
+from .extents import Extents, complement, shift, total
+from .partitions import Layout, Partition, read_layout
+from .probe import detect
+from .progress import log
+
+ALLOCATED, RAW, HEADER, TRIM = "allocated", "raw", "header", "trim"
+KERNEL_TRIMMABLE = ("ext4", "xfs", "btrfs")
+
+
+class PartPlan:
+    """One partition's plan; ``extents`` are absolute byte ranges of the disk."""
+
+    def __init__(self, part: Partition, fs: str) -> None:
+        self.number = part.number
+        self.start = part.start
+        self.size = part.size
+        self.fs = fs
+        self.method = RAW
+        self.extents: Extents = [(part.start, part.size)]
+        self.note = ""
+        self.fsck = ""
+
+    def use(self, method: str, extents: Extents, note: str = "") -> None:
+        self.method = method
+        self.extents = extents
+        self.note = note
+
+    def raw(self, why: str) -> None:
+        self.use(RAW, [(self.start, self.size)], why)
+
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "number": self.number,
+            "start": self.start,
+            "size": self.size,
+            "fs": self.fs,
+            "method": self.method,
+            "allocated_bytes": total(self.extents),
+        }
+        if self.note:
+            out["note"] = self.note
+        if self.fsck:
+            out["fsck"] = self.fsck
+        return out
+
+
+class DiskPlan(NamedTuple):
+    layout: Layout
+    partitions: list[PartPlan]
+    outside: Extents  # bytes no partition covers: tables, boot-loader gaps, EBRs
+
+
+class MetaReader:
+    """Buffered reads for parsing metadata, counted as source bytes read."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.bytes_read = 0
+
+    def at(self, base: int) -> Callable[[int, int], bytes]:
+        def read(offset: int, length: int) -> bytes:
+            data = os.pread(self.fd, length, base + offset)
+            self.bytes_read += len(data)
+            return data
+
+        return read
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _with_tail(allocated: Extents, fs_bytes: int, size: int, start: int) -> Extents:
+    """Allocated ranges plus whatever lies after the filesystem's end (backup boot sectors,
+    unused partition space: unknown to the filesystem, so copied whole)."""
+    tail = [(fs_bytes, size - fs_bytes)] if size > fs_bytes else []
+    clipped = [(s, min(n, size - s)) for s, n in allocated if s < size]
+    return shift(clipped + tail, start)
+
+
+def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
+    note = fs_ext.replay_journal(device) if recover else ""
+    if note.startswith("journal replay failed"):
+        plan.raw(f"{note}; copying every non-zero block")
+        return
+    ext = fs_ext.read_map(device)
+    if not ext.clean:
+        if recover:
+            plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
+            return
+        note = f"{ext.note}: the journal will be replayed before copying"
+    plan.use(ALLOCATED, _with_tail(ext.allocated, ext.fs_bytes, plan.size, plan.start), note)
+
+
+def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:
+    note = ""
+    if recover:
+        failure = fs_xfs.replay_log(device)
+        if failure:
+            plan.raw(f"{failure}; free-space map untrusted, copying every non-zero block")
+            return
+    else:
+        note = "map read before log replay; copy mounts and unmounts first"
+    try:
+        xfs = fs_xfs.read_map(device)
+    except Exception as exc:
+        plan.raw(f"xfs_db could not read the free-space map ({exc}); copying every non-zero block")
+        return
+    plan.use(ALLOCATED, _with_tail(xfs.allocated, xfs.fs_bytes, plan.size, plan.start), note)
+
+
+def _plan_parsed(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
+    try:
+        if plan.fs == "ntfs":
+            ntfs = fs_ntfs.read_map(read)
+            if not ntfs.clean:
+                plan.raw(f"{ntfs.note}: copying every non-zero block")
+                return
+            allocated, fs_bytes = ntfs.allocated, ntfs.fs_bytes
+        else:
+            fat = fs_fat.read_map(read)
+            allocated, fs_bytes = fat.allocated, fat.fs_bytes
+    except ValueError as exc:
+        plan.raw(f"{plan.fs} metadata not understood ({exc}); copying every non-zero block")
+        return
+    plan.use(ALLOCATED, _with_tail(allocated, fs_bytes, plan.size, plan.start))
+
+
+def _swap_header(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
+    for page in (4096, 65536):
+        if read(page - 10, 10) in (b"SWAPSPACE2", b"SWAP-SPACE"):
+            plan.use(HEADER, [(plan.start, page)], "swap: only the header page is live data")
+            return
+    plan.raw("swap signature moved; copying every non-zero block")
+
+
+def plan_disk(
+    source: str, disk_size: int, sector: int, method: str, recover: bool, reader: MetaReader
+) -> DiskPlan:
+    """Read the table and every partition's allocation map."""
+    layout = read_layout(reader.at(0), disk_size, sector)
+    if layout.problem:
+        log(f"partition table ignored ({layout.problem}): copying the disk as unknown data")
+    plans: list[PartPlan] = []
+    for part in layout.partitions:
+        read = reader.at(part.start)
+        fs = detect(read, part.size)
+        plan = PartPlan(part, fs)
+        plans.append(plan)
+        if fs in KERNEL_TRIMMABLE and (method == TRIM or fs == "btrfs"):
+            plan.use(TRIM, [(part.start, part.size)], "copied through a trimmed scratch image")
+        elif fs in ("ext4", "xfs"):
+            with partition_device(
+                source, part.start, part.size, disk_size, read_only=not recover
+            ) as device:
+                (_plan_ext if fs == "ext4" else _plan_xfs)(plan, device, recover)
+        elif fs in ("ntfs", "vfat"):
+            _plan_parsed(plan, read)
+        elif fs == "swap":
+            _swap_header(plan, read)
+        else:
+            plan.raw(f"no allocation map for {fs} data: copying every non-zero block")
+    if recover:
+        flush(source)
+    outside = complement([(p.start, p.size) for p in layout.partitions], 0, disk_size)
+    return DiskPlan(layout, plans, outside)
+
+
+def find(plans: list[PartPlan], number: int) -> Optional[PartPlan]:
+    return next((p for p in plans if p.number == number), None)
