@@ -1,0 +1,125 @@
+"""The Lambda environment set by the stack (docs/contract.md, "Lambda environment")."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from compactor.errors import ConfigError
+
+# gp3 limits as documented by the botocore model this package ships with
+# (tests/test_config.py reads them back from that model so a botocore bump that changes them fails).
+GP3_MIN_IOPS = 3_000
+GP3_MAX_IOPS = 80_000
+GP3_MIN_THROUGHPUT = 125
+GP3_MAX_THROUGHPUT = 2_000
+GP3_MIB_PER_IOPS = 0.25
+GP3_MAX_SIZE_GIB = 65_536
+VOLUME_INITIALIZATION_RATE_MIN = 100
+VOLUME_INITIALIZATION_RATE_MAX = 300
+
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_LAUNCH_TEMPLATE_ID = re.compile(r"^lt-[0-9a-f]{8,17}$")
+_INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
+
+
+@dataclass(frozen=True)
+class Config:
+    stack_name: str
+    subnet_ids: tuple[str, ...]
+    launch_template_id: str
+    instance_types: tuple[str, ...]
+    allow_on_demand: bool
+    source_volume_iops: int
+    source_volume_throughput: int
+    volume_initialization_rate: int | None
+    max_volume_gib: int
+    document_name: str
+    command_log_group: str
+    event_bus_name: str
+    trigger_tag_key: str
+    max_launch_attempts: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        env = _Env(os.environ if environ is None else environ)
+        iops = env.integer("SOURCE_VOLUME_IOPS", GP3_MIN_IOPS, GP3_MAX_IOPS)
+        throughput = env.integer("SOURCE_VOLUME_THROUGHPUT", GP3_MIN_THROUGHPUT, GP3_MAX_THROUGHPUT)
+        if throughput > iops * GP3_MIB_PER_IOPS:
+            raise ConfigError(
+                f"SOURCE_VOLUME_THROUGHPUT={throughput} needs at least "
+                f"{int(throughput / GP3_MIB_PER_IOPS)} IOPS (gp3 allows {GP3_MIB_PER_IOPS} MiB/s "
+                f"per IOPS) but SOURCE_VOLUME_IOPS={iops}: raise the IOPS or lower the throughput"
+            )
+        rate = env.integer("VOLUME_INITIALIZATION_RATE", 0, VOLUME_INITIALIZATION_RATE_MAX)
+        if 0 < rate < VOLUME_INITIALIZATION_RATE_MIN:
+            raise ConfigError(
+                f"VOLUME_INITIALIZATION_RATE={rate} is invalid: use 0 (off) or "
+                f"{VOLUME_INITIALIZATION_RATE_MIN}-{VOLUME_INITIALIZATION_RATE_MAX} MiB/s"
+            )
+        return cls(
+            stack_name=env.text("STACK_NAME"),
+            subnet_ids=env.id_list("SUBNET_IDS", _SUBNET_ID),
+            launch_template_id=env.matching("LAUNCH_TEMPLATE_ID", _LAUNCH_TEMPLATE_ID),
+            instance_types=env.id_list("INSTANCE_TYPES", _INSTANCE_TYPE),
+            allow_on_demand=env.boolean("ALLOW_ON_DEMAND"),
+            source_volume_iops=iops,
+            source_volume_throughput=throughput,
+            volume_initialization_rate=rate or None,
+            max_volume_gib=env.integer("MAX_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
+            document_name=env.text("DOCUMENT_NAME"),
+            command_log_group=env.text("COMMAND_LOG_GROUP"),
+            event_bus_name=env.text("EVENT_BUS_NAME"),
+            trigger_tag_key=env.text("TRIGGER_TAG_KEY"),
+            max_launch_attempts=env.integer("MAX_LAUNCH_ATTEMPTS", 1, 10),
+        )
+
+
+class _Env:
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def text(self, name: str) -> str:
+        value = self._environ.get(name, "").strip()
+        if not value:
+            raise ConfigError(
+                f"environment variable {name} is missing or empty: the stack sets it on every "
+                "task Lambda (docs/contract.md); redeploy the stack or set it"
+            )
+        return value
+
+    def matching(self, name: str, pattern: re.Pattern[str]) -> str:
+        value = self.text(name)
+        if not pattern.match(value):
+            raise ConfigError(f"{name}={value!r} is invalid: expected {pattern.pattern}")
+        return value
+
+    def id_list(self, name: str, pattern: re.Pattern[str]) -> tuple[str, ...]:
+        items = tuple(item.strip() for item in self.text(name).split(",") if item.strip())
+        bad = [item for item in items if not pattern.match(item)]
+        if bad or not items:
+            raise ConfigError(
+                f"{name}={self._environ.get(name)!r} is invalid: expected a comma-separated list "
+                f"matching {pattern.pattern} (bad: {', '.join(bad) or 'empty list'})"
+            )
+        if len(set(items)) != len(items):
+            raise ConfigError(f"{name}={self._environ.get(name)!r} lists an item twice")
+        return items
+
+    def boolean(self, name: str) -> bool:
+        value = self.text(name).lower()
+        if value not in ("true", "false"):
+            raise ConfigError(f"{name}={value!r} is invalid: expected true or false")
+        return value == "true"
+
+    def integer(self, name: str, low: int, high: int) -> int:
+        value = self.text(name)
+        try:
+            number = int(value)
+        except ValueError:
+            raise ConfigError(f"{name}={value!r} is not an integer") from None
+        if not low <= number <= high:
+            raise ConfigError(f"{name}={number} is out of range: expected {low}-{high}")
+        return number

@@ -1,0 +1,1 @@
+"""EC2 instances: launching the transfer instance and watching it."""

@@ -1,0 +1,214 @@
+"""launch: RunInstances of the transfer instance with the source and target volumes attached.
+
+Spot is tried first in every (instance type x subnet) pool, then On-Demand in the same pools when
+ALLOW_ON_DEMAND is true. A capacity error moves on to the next pool; any other error is raised."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from compactor import aws, tags
+from compactor.config import Config
+from compactor.errors import NoCapacity, NoSpotCapacity
+from compactor.models import FailedPool, InstanceResult, Market, Plan
+from compactor.observability import logger, metrics
+from compactor.volumes import source_device, target_device
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import (
+        BlockDeviceMappingTypeDef,
+        RunInstancesRequestTypeDef,
+    )
+
+# The launch template's version that RunInstances uses: every stack update adds a version and
+# the stack is the only writer, so the newest is the stack's current one.
+LAUNCH_TEMPLATE_VERSION = "$Latest"
+
+CAPACITY_ERRORS = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientCapacityOnHost",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "Unsupported",
+        "InsufficientFreeAddressesInSubnet",
+        "InsufficientVolumeCapacity",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Pool:
+    instance_type: str
+    subnet_id: str
+    market: Market
+
+    def describe(self) -> str:
+        return f"{self.market} {self.instance_type} in {self.subnet_id}"
+
+
+def pools(config: Config, launch_attempt: int) -> list[Pool]:
+    """Spot pools, then On-Demand ones if allowed. Instance types keep their order of preference;
+    each relaunch (launchAttempt > 1, after an instance was lost) starts in the next subnet, so
+    an AZ that just reclaimed a Spot instance is tried last."""
+    shift = (launch_attempt - 1) % len(config.subnet_ids)
+    subnets = config.subnet_ids[shift:] + config.subnet_ids[:shift]
+    markets: list[Market] = ["spot", "on-demand"] if config.allow_on_demand else ["spot"]
+    return [
+        Pool(instance_type, subnet_id, market)
+        for market in markets
+        for instance_type in config.instance_types
+        for subnet_id in subnets
+    ]
+
+
+def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
+    failed: list[FailedPool] = []
+    for pool in pools(config, launch_attempt):
+        rate = config.volume_initialization_rate
+        try:
+            try:
+                return _run(plan, launch_attempt, pool, rate, failed, config)
+            except ClientError as error:
+                if rate is None or not _is_about_initialization_rate(error):
+                    raise
+                logger.warning(
+                    "no capacity for the volume initialization rate; default rate instead",
+                    extra={"pool": pool.describe(), "error": aws.error_message(error)},
+                )
+                metrics.add_metric(name="VolumeInitializationRateFallback", unit="Count", value=1)
+                return _run(plan, launch_attempt, pool, None, failed, config)
+        except ClientError as error:
+            if aws.error_code(error) not in CAPACITY_ERRORS:
+                raise
+            failed.append(
+                {
+                    "instanceType": pool.instance_type,
+                    "subnetId": pool.subnet_id,
+                    "market": pool.market,
+                    "error": f"{aws.error_code(error)}: {aws.error_message(error)}",
+                }
+            )
+            logger.info("no capacity in pool", extra={"pool": pool.describe()})
+            metrics.add_metric(name="CapacityErrors", unit="Count", value=1)
+    tried = "; ".join(f"{f['market']} {f['instanceType']} in {f['subnetId']}" for f in failed)
+    if config.allow_on_demand:
+        raise NoCapacity(
+            f"no Spot or On-Demand capacity in any pool (tried {tried}): add instance types or "
+            "subnets in other AZs to the stack settings, or try again later"
+        )
+    raise NoSpotCapacity(
+        f"no Spot capacity in any pool (tried {tried}) and On-Demand is not allowed: set "
+        "allowOnDemand, add instance types or subnets in other AZs, or try again later"
+    )
+
+
+def _is_about_initialization_rate(error: ClientError) -> bool:
+    message = aws.error_message(error).lower()
+    return "initializationrate" in message or "initialization rate" in message
+
+
+def _run(
+    plan: Plan,
+    launch_attempt: int,
+    pool: Pool,
+    rate: int | None,
+    failed: list[FailedPool],
+    config: Config,
+) -> InstanceResult:
+    request = run_instances_request(plan, launch_attempt, pool, rate, config)
+    instance = aws.ec2().run_instances(**request)["Instances"][0]
+    metrics.add_metric(
+        name="LaunchedSpot" if pool.market == "spot" else "LaunchedOnDemand", unit="Count", value=1
+    )
+    logger.info("launched", extra={"instanceId": instance["InstanceId"], "pool": pool.describe()})
+    return {
+        "instanceId": instance["InstanceId"],
+        "availabilityZone": instance.get("Placement", {}).get("AvailabilityZone", ""),
+        "subnetId": pool.subnet_id,
+        "instanceType": pool.instance_type,
+        "market": pool.market,
+        "volumeInitializationRate": rate,
+        "failedPools": failed,
+    }
+
+
+def run_instances_request(
+    plan: Plan, launch_attempt: int, pool: Pool, rate: int | None, config: Config
+) -> RunInstancesRequestTypeDef:
+    execution = plan["executionName"]
+    request: RunInstancesRequestTypeDef = {
+        "MinCount": 1,
+        "MaxCount": 1,
+        "LaunchTemplate": {
+            "LaunchTemplateId": config.launch_template_id,
+            "Version": LAUNCH_TEMPLATE_VERSION,
+        },
+        "InstanceType": pool.instance_type,  # type: ignore[typeddict-item]
+        "SubnetId": pool.subnet_id,
+        "BlockDeviceMappings": block_device_mappings(plan, rate, config),
+        "TagSpecifications": [
+            tags.specification(
+                "instance", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
+            ),
+            # RunInstances tags every volume alike (root included); check_instance then sets
+            # the source-volume / target-volume role on the job's volumes
+            tags.specification(
+                "volume", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
+            ),
+        ],
+        # a retried Lambda call gets the instance of the first call instead of a second one
+        "ClientToken": _client_token(execution, launch_attempt, pool, rate),
+    }
+    if pool.market == "spot":
+        request["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            },
+        }
+    return request
+
+
+def block_device_mappings(
+    plan: Plan, rate: int | None, config: Config
+) -> list[BlockDeviceMappingTypeDef]:
+    mappings: list[BlockDeviceMappingTypeDef] = []
+    for volume in plan["volumes"]:
+        performance = {
+            "VolumeType": "gp3",
+            "Iops": config.source_volume_iops,
+            "Throughput": config.source_volume_throughput,
+            "DeleteOnTermination": True,
+        }
+        source: BlockDeviceMappingTypeDef = {
+            "DeviceName": source_device(volume["index"]),
+            "Ebs": {"SnapshotId": volume["sourceSnapshotId"], **performance},  # type: ignore[typeddict-item]
+        }
+        if rate is not None:
+            source["Ebs"]["VolumeInitializationRate"] = rate
+        # the target is written as fast as the source is read, so it gets the same performance
+        target: BlockDeviceMappingTypeDef = {
+            "DeviceName": target_device(volume["index"]),
+            "Ebs": {"VolumeSize": volume["sizeGiB"], **performance},  # type: ignore[typeddict-item]
+        }
+        if volume["encrypted"]:
+            target["Ebs"]["Encrypted"] = True
+            if volume["kmsKeyId"]:
+                target["Ebs"]["KmsKeyId"] = volume["kmsKeyId"]
+        mappings.extend((source, target))
+    return mappings
+
+
+def _client_token(execution: str, launch_attempt: int, pool: Pool, rate: int | None) -> str:
+    key = f"{execution}|{launch_attempt}|{pool.market}|{pool.instance_type}|{pool.subnet_id}|{rate}"
+    return hashlib.sha256(key.encode()).hexdigest()[:64]

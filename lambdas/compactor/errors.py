@@ -1,0 +1,78 @@
+"""Expected failures. Lambda reports an exception's class name as the error type, so each class
+name below is the Step Functions error name the state machine branches on (docs/contract.md)."""
+
+
+class CompactorError(Exception):
+    """Base of the expected failures; the message names the problem and what to do."""
+
+
+class InvalidInput(CompactorError):
+    pass
+
+
+class SnapshotNotFound(CompactorError):
+    pass
+
+
+class SnapshotInOtherRegion(CompactorError):
+    pass
+
+
+class SnapshotNotCompleted(CompactorError):
+    pass
+
+
+class ImageNotFound(CompactorError):
+    pass
+
+
+class UnsupportedImage(CompactorError):
+    pass
+
+
+class KmsKeyNotUsable(CompactorError):
+    pass
+
+
+class VolumeTooLarge(CompactorError):
+    pass
+
+
+class TooManyVolumes(CompactorError):
+    pass
+
+
+class FastSnapshotRestoreLimitExceeded(CompactorError):
+    pass
+
+
+class NoSpotCapacity(CompactorError):
+    pass
+
+
+class NoCapacity(CompactorError):
+    pass
+
+
+class InstanceLost(CompactorError):
+    pass
+
+
+class InstanceNotReady(CompactorError):
+    pass
+
+
+class CompactionFailed(CompactorError):
+    pass
+
+
+class SnapshotFailed(CompactorError):
+    pass
+
+
+class ImageRegistrationFailed(CompactorError):
+    pass
+
+
+class ConfigError(Exception):
+    """The Lambda environment set by the stack is missing or invalid: a deployment problem."""

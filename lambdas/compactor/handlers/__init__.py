@@ -1,0 +1,1 @@
+"""One module per task of the state machine; each exposes `handler` (docs/contract.md)."""

@@ -1,0 +1,20 @@
+"""Task 6: snapshot each compacted target volume."""
+
+from typing import cast
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor import snapshots
+from compactor.config import Config
+from compactor.models import Plan, ReadyResult, SnapshotsResult
+from compactor.observability import Event, task_handler
+
+
+@task_handler
+def handler(event: Event, context: LambdaContext) -> SnapshotsResult:
+    ready = cast(ReadyResult, event["ready"])
+    return {
+        "snapshots": snapshots.create_from_targets(
+            cast(Plan, event["plan"]), ready["volumes"], Config.from_env()
+        )
+    }

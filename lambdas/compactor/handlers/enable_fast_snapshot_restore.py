@@ -1,0 +1,22 @@
+"""Task 9: enable fast snapshot restore on the new snapshots in the AZs of the input.
+With no AZs in the input it enables nothing and returns no states."""
+
+from typing import cast
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor import fast_snapshot_restore
+from compactor.config import Config
+from compactor.models import FastSnapshotRestoreResult, Plan, SnapshotsResult
+from compactor.observability import Event, task_handler
+
+
+@task_handler
+def handler(event: Event, context: LambdaContext) -> FastSnapshotRestoreResult:
+    Config.from_env()  # fail fast on a broken environment, like every task
+    plan = cast(Plan, event["plan"])
+    azs = plan["fastSnapshotRestoreAzs"]
+    snapshot_ids = [s["snapshotId"] for s in cast(SnapshotsResult, event["snapshots"])["snapshots"]]
+    if not azs or not snapshot_ids:
+        return {"states": []}
+    return {"states": fast_snapshot_restore.enable(snapshot_ids, azs)}

@@ -1,0 +1,17 @@
+"""Task 2: launch the transfer instance with the source and target volumes attached."""
+
+from typing import cast
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor.config import Config
+from compactor.ec2 import launch
+from compactor.models import InstanceResult, Plan
+from compactor.observability import Event, task_handler
+
+
+@task_handler
+def handler(event: Event, context: LambdaContext) -> InstanceResult:
+    return launch.launch(
+        cast(Plan, event["plan"]), int(event.get("launchAttempt", 1)), Config.from_env()
+    )

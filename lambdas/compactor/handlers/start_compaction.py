@@ -1,0 +1,20 @@
+"""Task 4: run the Command document that copies each source volume sparsely to its target."""
+
+from typing import cast
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor.config import Config
+from compactor.models import CommandResult, InstanceResult, Plan, ReadyResult
+from compactor.observability import Event, task_handler
+from compactor.ssm import commands
+
+
+@task_handler
+def handler(event: Event, context: LambdaContext) -> CommandResult:
+    return commands.start(
+        cast(Plan, event["plan"]),
+        cast(InstanceResult, event["instance"]),
+        cast(ReadyResult, event["ready"]),
+        Config.from_env(),
+    )

@@ -1,0 +1,192 @@
+"""Typed shapes of the JSON that the handlers take and return (docs/contract.md). Keys are
+camelCase because they travel through the state machine as they are."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Method = Literal["allocated", "trim"]
+SourceKind = Literal["snapshot", "image"]
+Market = Literal["spot", "on-demand"]
+Outcome = Literal["success", "failure", "retry"]
+
+
+class SourceRef(TypedDict):
+    kind: SourceKind
+    snapshotId: NotRequired[str]
+    imageId: NotRequired[str]
+
+
+class VolumePlan(TypedDict):
+    index: int
+    sourceSnapshotId: str
+    deviceName: str | None  # the device in the source AMI's mapping; None for a snapshot job
+    sizeGiB: int
+    encrypted: bool  # of the target volume and the new snapshot
+    kmsKeyId: str | None  # ARN of the target's key, None when unencrypted
+    sourceFullSizeBytes: int | None
+
+
+class EbsMapping(TypedDict, total=False):
+    snapshotId: str
+    volumeSize: int
+    volumeType: str
+    iops: int
+    throughput: int
+    deleteOnTermination: bool
+    encrypted: bool
+    kmsKeyId: str
+
+
+class DeviceMapping(TypedDict):
+    deviceName: str
+    virtualName: NotRequired[str]
+    noDevice: NotRequired[str]
+    ebs: NotRequired[EbsMapping]
+
+
+class ImageSpec(TypedDict):
+    """Every RegisterImage attribute of the source AMI, plus what RegisterImage cannot set
+    (platformDetails, usageOperation, productCodes, deprecationTime) so register_image can warn."""
+
+    imageId: str
+    name: str
+    description: str | None
+    architecture: str
+    rootDeviceName: str
+    virtualizationType: str | None
+    bootMode: str | None
+    enaSupport: bool | None
+    sriovNetSupport: str | None
+    tpmSupport: str | None
+    uefiData: str | None
+    imdsSupport: str | None
+    kernelId: str | None
+    ramdiskId: str | None
+    blockDeviceMappings: list[DeviceMapping]
+    tags: dict[str, str]
+    platformDetails: str | None
+    usageOperation: str | None
+    productCodes: list[str]
+    deprecationTime: str | None
+
+
+class Plan(TypedDict):
+    executionName: str
+    source: SourceRef
+    volumes: list[VolumePlan]
+    image: ImageSpec | None
+    method: Method
+    jobs: int
+    verify: bool
+    fastSnapshotRestoreAzs: list[str]
+    kmsKeyId: str | None
+    imageName: str | None
+    tags: dict[str, str]
+
+
+class FailedPool(TypedDict):
+    instanceType: str
+    subnetId: str
+    market: Market
+    error: str
+
+
+class InstanceResult(TypedDict):
+    instanceId: str
+    availabilityZone: str
+    subnetId: str
+    instanceType: str
+    market: Market
+    volumeInitializationRate: int | None
+    failedPools: list[FailedPool]
+
+
+class AttachedVolume(TypedDict):
+    index: int
+    sourceVolumeId: str
+    targetVolumeId: str
+    sourceDeviceName: str
+    targetDeviceName: str
+
+
+class ReadyResult(TypedDict):
+    ready: bool
+    state: str
+    pingStatus: str | None
+    volumes: list[AttachedVolume]
+
+
+class CommandResult(TypedDict):
+    commandId: str
+
+
+class CompactionResult(TypedDict):
+    done: bool
+    status: str
+    summary: dict[str, Any] | None
+
+
+class SnapshotItem(TypedDict):
+    index: int
+    snapshotId: str
+    sourceSnapshotId: str
+    deviceName: str | None
+    state: NotRequired[str]
+    progress: NotRequired[str]
+
+
+class SnapshotsResult(TypedDict):
+    snapshots: list[SnapshotItem]
+    completed: NotRequired[bool]
+
+
+class ImageResult(TypedDict):
+    imageId: str | None
+    warnings: list[str]
+
+
+class FastSnapshotRestoreState(TypedDict):
+    snapshotId: str
+    availabilityZone: str
+    state: str
+
+
+class FastSnapshotRestoreResult(TypedDict):
+    states: list[FastSnapshotRestoreState]
+
+
+class TeardownResult(TypedDict):
+    remaining: int
+    terminatedInstances: list[str]
+    deletedVolumes: list[str]
+    deletedSnapshots: list[str]
+    deregisteredImages: list[str]
+
+
+class VolumeReport(TypedDict):
+    index: int
+    sourceSnapshotId: str
+    newSnapshotId: str | None
+    sourceFullSizeBytes: int | None
+    newFullSizeBytes: int | None
+    sourceBytesRead: int | None
+    targetBytesWritten: int | None
+    writtenBlocks: int | None
+
+
+class ErrorInfo(TypedDict):
+    Error: str
+    Cause: str
+
+
+class Report(TypedDict):
+    outcome: str
+    executionName: str | None
+    source: SourceRef | None
+    volumes: list[VolumeReport]
+    imageId: str | None
+    fastSnapshotRestore: list[FastSnapshotRestoreState]
+    phaseSeconds: dict[str, float]
+    totalSeconds: float | None
+    error: ErrorInfo | None

@@ -1,0 +1,128 @@
+"""prepare: validate the execution input against this account and Region and produce the plan.
+It only reads: nothing is created, so a bad input leaves nothing behind."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from compactor import aws, fast_snapshot_restore, images, kms, snapshots
+from compactor.config import Config
+from compactor.errors import InvalidInput, TooManyVolumes, VolumeTooLarge
+from compactor.models import ImageSpec, Plan, SourceRef, VolumePlan
+from compactor.validation import ExecutionInput, parse_execution_input
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.type_defs import SnapshotTypeDef
+
+MAX_VOLUMES = 10  # source /dev/sdf.. and target /dev/sdp.. leave room for 10 pairs
+
+
+def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
+    if not isinstance(execution_name, str) or not execution_name:
+        raise InvalidInput("executionName is missing from the prepare payload")
+    request = parse_execution_input(raw_input, aws.region(), config.trigger_tag_key)
+    _check_availability_zones(request.fast_snapshot_restore_azs)
+    target_key = (
+        kms.usable_key_arn(request.kms_key_id, "kmsKeyId of the input")
+        if request.kms_key_id
+        else None
+    )
+    image: ImageSpec | None = None
+    if request.image_id is not None:
+        source_image = images.describe_source(request.image_id)
+        image = images.capture(
+            source_image, images.uefi_data(request.image_id), config.trigger_tag_key
+        )
+        mappings = images.snapshot_mappings(image)
+        source: SourceRef = {"kind": "image", "imageId": request.image_id}
+    else:
+        assert request.snapshot_id is not None
+        mappings = [(None, request.snapshot_id)]  # type: ignore[list-item]
+        source = {"kind": "snapshot", "snapshotId": request.snapshot_id}
+    if len(mappings) > MAX_VOLUMES:
+        raise TooManyVolumes(
+            f"AMI {request.image_id} has {len(mappings)} EBS volumes from snapshots; one job "
+            f"handles at most {MAX_VOLUMES}"
+        )
+    if not mappings:
+        raise InvalidInput(f"AMI {request.image_id} has no EBS volume backed by a snapshot")
+    volumes = [
+        _volume_plan(index, device, snapshots.describe_source(snapshot_id), target_key, config)
+        for index, (device, snapshot_id) in enumerate(mappings)
+    ]
+    if request.fast_snapshot_restore_azs:
+        fast_snapshot_restore.check_limit(len(volumes))
+    return {
+        "executionName": execution_name,
+        "source": source,
+        "volumes": volumes,
+        "image": image,
+        "method": request.method,
+        "jobs": request.jobs,
+        "verify": request.verify,
+        "fastSnapshotRestoreAzs": list(request.fast_snapshot_restore_azs),
+        "kmsKeyId": target_key,
+        "imageName": _image_name(request, image, execution_name),
+        "tags": request.tags,
+    }
+
+
+def _check_availability_zones(names: tuple[str, ...]) -> None:
+    if not names:
+        return
+    zones = aws.ec2().describe_availability_zones(AllAvailabilityZones=False)["AvailabilityZones"]
+    known = {z["ZoneName"] for z in zones if "ZoneName" in z}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InvalidInput(
+            f"fastSnapshotRestoreAzs: {', '.join(unknown)} is not an Availability Zone of "
+            f"{aws.region()} (known: {', '.join(sorted(known))})"
+        )
+
+
+def _volume_plan(
+    index: int,
+    device_name: str | None,
+    snapshot: SnapshotTypeDef,
+    target_key: str | None,
+    config: Config,
+) -> VolumePlan:
+    snapshot_id = snapshot["SnapshotId"]
+    size = snapshot["VolumeSize"]
+    if size > config.max_volume_gib:
+        raise VolumeTooLarge(
+            f"snapshot {snapshot_id} is of a {size} GiB volume, more than MAX_VOLUME_GIB="
+            f"{config.max_volume_gib}: raise maxVolumeGiB in the stack settings to compact it"
+        )
+    encrypted = bool(snapshot.get("Encrypted"))
+    key = target_key
+    if encrypted:
+        source_key = snapshot.get("KmsKeyId")
+        # the source volume is created with the snapshot's key, so that key must be usable too
+        source_arn = (
+            kms.usable_key_arn(source_key, f"key of snapshot {snapshot_id}") if source_key else None
+        )
+        key = key or source_arn
+    return {
+        "index": index,
+        "sourceSnapshotId": snapshot_id,
+        "deviceName": device_name,
+        "sizeGiB": size,
+        "encrypted": encrypted or key is not None,
+        "kmsKeyId": key,
+        "sourceFullSizeBytes": snapshot.get("FullSnapshotSizeInBytes"),
+    }
+
+
+def _image_name(
+    request: ExecutionInput, image: ImageSpec | None, execution_name: str
+) -> str | None:
+    if image is None:
+        return None
+    name = request.image_name or images.default_name(image["name"], execution_name)
+    existing = images.owned_image_named(name)
+    if existing is not None:
+        raise InvalidInput(
+            f"an AMI named {name!r} already exists ({existing['ImageId']}): pass another imageName"
+        )
+    return name

@@ -1,0 +1,1 @@
+"""report: the execution's outcome, sizes and timings, returned and published as an event."""

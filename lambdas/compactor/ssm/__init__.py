@@ -1,0 +1,1 @@
+"""Systems Manager: running the Command document on the transfer instance."""

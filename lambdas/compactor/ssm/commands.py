@@ -1,0 +1,107 @@
+"""start_compaction / check_compaction: SendCommand of the Command document and its outcome.
+
+The document prints exactly one JSON line on standard output (docs/contract.md, "Command
+document"): {"volumes": [...]} on success, {"error": ..., "sourceVolumeId": ...} on failure."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from compactor import aws
+from compactor.config import Config
+from compactor.ec2.instances import describe, raise_if_lost
+from compactor.errors import CompactionFailed, InstanceNotReady
+from compactor.models import CommandResult, CompactionResult, InstanceResult, Plan, ReadyResult
+from compactor.observability import logger
+
+# How long SSM may take to deliver the command to the agent; the run itself is bounded by the
+# document's TimeoutSeconds parameter (its default, 172,800 s, is kept).
+DELIVERY_TIMEOUT_SECONDS = 600
+RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed"})
+
+
+def document_parameters(plan: Plan, ready: ReadyResult) -> dict[str, list[str]]:
+    volumes = sorted(ready["volumes"], key=lambda v: v["index"])
+    return {
+        "SourceVolumeIds": [",".join(v["sourceVolumeId"] for v in volumes)],
+        "TargetVolumeIds": [",".join(v["targetVolumeId"] for v in volumes)],
+        "SourceDeviceNames": [",".join(v["sourceDeviceName"] for v in volumes)],
+        "TargetDeviceNames": [",".join(v["targetDeviceName"] for v in volumes)],
+        "Method": [plan["method"]],
+        "Jobs": [str(plan["jobs"])],
+        "Verify": ["true" if plan["verify"] else "false"],
+    }
+
+
+def start(
+    plan: Plan, instance: InstanceResult, ready: ReadyResult, config: Config
+) -> CommandResult:
+    if not ready.get("ready") or len(ready["volumes"]) != len(plan["volumes"]):
+        raise InstanceNotReady(
+            f"instance {instance['instanceId']} is not ready for the command (ready={ready}): "
+            "this is a workflow bug, start_compaction runs only after check_instance says ready"
+        )
+    command = aws.ssm().send_command(
+        InstanceIds=[instance["instanceId"]],
+        DocumentName=config.document_name,
+        Parameters=document_parameters(plan, ready),
+        TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
+        Comment=f"ebs-snapshot-compactor {plan['executionName']}"[:100],
+        CloudWatchOutputConfig={
+            "CloudWatchOutputEnabled": True,
+            "CloudWatchLogGroupName": config.command_log_group,
+        },
+    )["Command"]
+    return {"commandId": command["CommandId"]}
+
+
+def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
+    found = describe(instance["instanceId"])
+    if found is not None:
+        raise_if_lost(found)
+    try:
+        invocation = aws.ssm().get_command_invocation(
+            CommandId=command["commandId"], InstanceId=instance["instanceId"]
+        )
+    except ClientError as error:
+        # right after SendCommand the invocation may not exist yet
+        if aws.error_code(error) == "InvocationDoesNotExist":
+            return {"done": False, "status": "Pending", "summary": None}
+        raise
+    status = invocation.get("Status", "Pending")
+    stdout = invocation.get("StandardOutputContent", "")
+    if status in RUNNING_STATUSES:
+        return {"done": False, "status": status, "summary": None}
+    if status == "Success":
+        summary = _last_json_line(stdout)
+        if summary is None or not isinstance(summary.get("volumes"), list):
+            raise CompactionFailed(
+                'the Command document succeeded but printed no {"volumes": [...]} summary '
+                f"line (stdout ends with {stdout[-300:]!r}): check the command log group"
+            )
+        return {"done": True, "status": status, "summary": summary}
+    report = _last_json_line(stdout) or {}
+    if isinstance(report.get("error"), str):
+        logger.error("compaction failed", extra={"sourceVolumeId": report.get("sourceVolumeId")})
+        raise CompactionFailed(report["error"])
+    stderr_tail = invocation.get("StandardErrorContent", "").strip().splitlines()[-1:]
+    raise CompactionFailed(
+        f"the Command document ended {invocation.get('StatusDetails', status)} without an error "
+        f"line{': ' + stderr_tail[0] if stderr_tail else ''}: check the command log group"
+    )
+
+
+def _last_json_line(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None

@@ -1,0 +1,62 @@
+"""The tags of docs/contract.md: ownership (stack + execution), role, lineage, and copying."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2.literals import ResourceTypeType
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, TagSpecificationTypeDef, TagTypeDef
+
+PREFIX = "ebs-snapshot-compactor:"
+STACK = PREFIX + "stack"
+EXECUTION = PREFIX + "execution"
+ROLE = PREFIX + "role"
+SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
+SOURCE_IMAGE = PREFIX + "source-image"
+
+ROLE_INSTANCE = "transfer-instance"
+ROLE_SOURCE_VOLUME = "source-volume"
+ROLE_TARGET_VOLUME = "target-volume"
+ROLE_SNAPSHOT = "snapshot"
+ROLE_IMAGE = "image"
+
+
+def ownership(stack_name: str, execution_name: str, role: str) -> dict[str, str]:
+    return {STACK: stack_name, EXECUTION: execution_name, ROLE: role}
+
+
+def ownership_filters(stack_name: str, execution_name: str) -> list[FilterTypeDef]:
+    return [
+        {"Name": f"tag:{STACK}", "Values": [stack_name]},
+        {"Name": f"tag:{EXECUTION}", "Values": [execution_name]},
+    ]
+
+
+def is_owned(tags: Mapping[str, str], stack_name: str, execution_name: str) -> bool:
+    return tags.get(STACK) == stack_name and tags.get(EXECUTION) == execution_name
+
+
+def from_aws(tags: Iterable[Mapping[str, Any]] | None) -> dict[str, str]:
+    return {str(t["Key"]): str(t.get("Value", "")) for t in tags or ()}
+
+
+def to_aws(tags: Mapping[str, str]) -> list[TagTypeDef]:
+    return [{"Key": key, "Value": value} for key, value in tags.items()]
+
+
+def specification(
+    resource_type: ResourceTypeType, tags: Mapping[str, str]
+) -> TagSpecificationTypeDef:
+    return {"ResourceType": resource_type, "Tags": to_aws(tags)}
+
+
+def copyable(tags: Mapping[str, str], trigger_tag_key: str) -> dict[str, str]:
+    """User tags a compacted copy inherits: not AWS-reserved ones, not the trigger tag (copying it
+    would start a compaction of the result) and not this project's own (they are set afresh)."""
+    return {
+        key: value
+        for key, value in tags.items()
+        if not key.startswith("aws:") and not key.startswith(PREFIX) and key != trigger_tag_key
+    }

@@ -1,0 +1,156 @@
+"""A moto account with what the stack would have made: a VPC with two subnets in two AZs, the
+launch template, the Command document, a KMS key; and the Lambda environment pointing at them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from compactor import aws
+from tests.support import FakeLambdaContext
+
+REGION = "us-east-1"
+STACK = "compactor-test"
+EXECUTION = "exec-1"
+TRIGGER_TAG = "compact"
+DOCUMENT = "compactor-test-CompactVolumes"
+DOCUMENT_YAML = """
+schemaVersion: '2.2'
+description: test stand-in for ssm-documents/compact-volumes.yaml
+parameters:
+  SourceVolumeIds: {type: String}
+  TargetVolumeIds: {type: String}
+  SourceDeviceNames: {type: String}
+  TargetDeviceNames: {type: String}
+  Method: {type: String, allowedValues: [allocated, trim]}
+  Jobs: {type: String}
+  Verify: {type: String, allowedValues: ['true', 'false']}
+  TimeoutSeconds: {type: String, default: '172800'}
+mainSteps:
+  - action: aws:runShellScript
+    name: compact
+    inputs:
+      runCommand: ['true']
+"""
+
+
+@dataclass
+class World:
+    env: dict[str, str]
+    subnets: list[str]
+    azs: list[str]
+    launch_template_id: str
+    kms_key_arn: str
+    base_image_id: str
+    ec2: Any = field(repr=False)
+    context: FakeLambdaContext = field(default_factory=FakeLambdaContext)
+
+    def snapshot(
+        self,
+        size: int = 8,
+        tags: dict[str, str] | None = None,
+        description: str = "nightly backup of db",
+        encrypted: bool = False,
+    ) -> str:
+        """A completed source snapshot, as a user would have it."""
+        volume_args: dict[str, Any] = {"Size": size, "AvailabilityZone": self.azs[0]}
+        if encrypted:
+            volume_args.update(Encrypted=True, KmsKeyId=self.kms_key_arn)
+        volume_id = self.ec2.create_volume(**volume_args)["VolumeId"]
+        spec = [{"ResourceType": "snapshot", "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]}]
+        snapshot_id = self.ec2.create_snapshot(
+            VolumeId=volume_id,
+            Description=description,
+            **({"TagSpecifications": spec} if tags else {}),
+        )["SnapshotId"]
+        self.ec2.delete_volume(VolumeId=volume_id)
+        return str(snapshot_id)
+
+    def inventory(self) -> dict[str, set[str]]:
+        """Everything in the account that a workflow could have created."""
+        instances = {
+            i["InstanceId"]
+            for r in self.ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+            if i["State"]["Name"] != "terminated"
+        }
+        return {
+            "instances": instances,
+            "volumes": {v["VolumeId"] for v in self.ec2.describe_volumes()["Volumes"]},
+            "snapshots": {
+                s["SnapshotId"] for s in self.ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]
+            },
+            "images": {i["ImageId"] for i in self.ec2.describe_images(Owners=["self"])["Images"]},
+        }
+
+
+@pytest.fixture(autouse=True)
+def _lambda_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "compactor-test")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "CompactorTest")
+    monkeypatch.setenv("LOG_LEVEL", "WARNING")
+    aws.reset_clients()
+    yield
+    aws.reset_clients()
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=REGION)
+        vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        azs = [f"{REGION}a", f"{REGION}b"]
+        subnets = [
+            ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.0.{n}.0/24", AvailabilityZone=az)[
+                "Subnet"
+            ]["SubnetId"]
+            for n, az in enumerate(azs)
+        ]
+        base_image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        launch_template_id = ec2.create_launch_template(
+            LaunchTemplateName=f"{STACK}-transfer",
+            LaunchTemplateData={"ImageId": base_image_id},
+        )["LaunchTemplate"]["LaunchTemplateId"]
+        boto3.client("ssm", region_name=REGION).create_document(
+            Name=DOCUMENT, DocumentType="Command", DocumentFormat="YAML", Content=DOCUMENT_YAML
+        )
+        kms_key_arn = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
+        env = {
+            "STACK_NAME": STACK,
+            "SUBNET_IDS": ",".join(subnets),
+            "LAUNCH_TEMPLATE_ID": launch_template_id,
+            "INSTANCE_TYPES": "m7i.large,m6i.large",
+            "ALLOW_ON_DEMAND": "true",
+            "SOURCE_VOLUME_IOPS": "6000",
+            "SOURCE_VOLUME_THROUGHPUT": "500",
+            "VOLUME_INITIALIZATION_RATE": "200",
+            "MAX_VOLUME_GIB": "1024",
+            "DOCUMENT_NAME": DOCUMENT,
+            "COMMAND_LOG_GROUP": "/compactor-test/commands",
+            "EVENT_BUS_NAME": "default",
+            "TRIGGER_TAG_KEY": TRIGGER_TAG,
+            "MAX_LAUNCH_ATTEMPTS": "3",
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        aws.reset_clients()
+        yield World(
+            env=env,
+            subnets=subnets,
+            azs=azs,
+            launch_template_id=launch_template_id,
+            kms_key_arn=kms_key_arn,
+            base_image_id=base_image_id,
+            ec2=ec2,
+        )

@@ -1,0 +1,85 @@
+"""Test helpers: answers and errors injected into a boto3 client with botocore's event hooks, so
+the code under test runs unchanged against moto while a call moto lacks (or a failure AWS can
+give) is played back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
+
+
+@dataclass
+class FakeLambdaContext:
+    function_name: str = "compactor-test"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:compactor-test"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+
+
+def client_error(operation: str, code: str, message: str = "injected") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+def on_params(client: Any, operation: str, handler: Callable[[dict[str, Any]], None]) -> None:
+    """Call handler with the API parameters of every `operation` call before it is sent; the
+    handler may raise (e.g. a ClientError) to make the call fail."""
+    event = f"before-parameter-build.{client.meta.service_model.service_id.hyphenize()}.{operation}"
+
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        handler(params)
+
+    client.meta.events.register(event, hook)
+
+
+def capture(client: Any, operation: str) -> list[dict[str, Any]]:
+    """Every parameter dict `operation` is called with (the call still goes to moto)."""
+    calls: list[dict[str, Any]] = []
+    on_params(client, operation, lambda params: calls.append(dict(params)))
+    return calls
+
+
+def respond(
+    client: Any,
+    operation: str,
+    answer: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """Answer `operation` with answer(params) instead of sending it (None: send it to moto).
+    Returns the list of parameter dicts the operation was called with."""
+    service = client.meta.service_model.service_id.hyphenize()
+    calls: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+
+    def remember(params: dict[str, Any], **_: Any) -> None:
+        calls.append(dict(params))
+        pending.append(dict(params))
+
+    def reply(**_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        params = pending.pop()
+        parsed = answer(params)
+        if parsed is None:
+            return None
+        status = 400 if "Error" in parsed else 200
+        parsed.setdefault("ResponseMetadata", {"HTTPStatusCode": status})
+        return AWSResponse("https://injected", status, {}, None), parsed
+
+    client.meta.events.register(f"before-parameter-build.{service}.{operation}", remember)
+    client.meta.events.register(f"before-call.{service}.{operation}", reply)
+    return calls
+
+
+def error_response(code: str, message: str = "injected") -> dict[str, Any]:
+    return {"Error": {"Code": code, "Message": message}}
+
+
+def amend(client: Any, operation: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Let moto answer `operation`, then change its parsed response in place."""
+    service = client.meta.service_model.service_id.hyphenize()
+
+    def hook(parsed: dict[str, Any], **_: Any) -> None:
+        change(parsed)
+
+    client.meta.events.register(f"after-call.{service}.{operation}", hook)

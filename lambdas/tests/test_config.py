@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import botocore.session
+import pytest
+
+from compactor import config as config_module
+from compactor.config import Config
+from compactor.errors import ConfigError
+
+VALID = {
+    "STACK_NAME": "compactor",
+    "SUBNET_IDS": "subnet-0123456789abcdef0, subnet-0123456789abcdef1",
+    "LAUNCH_TEMPLATE_ID": "lt-0123456789abcdef0",
+    "INSTANCE_TYPES": "m7i.large,c6i.large",
+    "ALLOW_ON_DEMAND": "false",
+    "SOURCE_VOLUME_IOPS": "3000",
+    "SOURCE_VOLUME_THROUGHPUT": "750",
+    "VOLUME_INITIALIZATION_RATE": "0",
+    "MAX_VOLUME_GIB": "2048",
+    "DOCUMENT_NAME": "compactor-CompactVolumes",
+    "COMMAND_LOG_GROUP": "/compactor/commands",
+    "EVENT_BUS_NAME": "default",
+    "TRIGGER_TAG_KEY": "compact",
+    "MAX_LAUNCH_ATTEMPTS": "3",
+}
+
+
+def test_reads_every_variable() -> None:
+    config = Config.from_env(VALID)
+    assert config.subnet_ids == ("subnet-0123456789abcdef0", "subnet-0123456789abcdef1")
+    assert config.instance_types == ("m7i.large", "c6i.large")
+    assert config.allow_on_demand is False
+    assert config.volume_initialization_rate is None
+    assert (config.source_volume_iops, config.source_volume_throughput) == (3000, 750)
+    assert config.max_volume_gib == 2048
+    assert config.max_launch_attempts == 3
+
+
+def test_is_frozen() -> None:
+    config = Config.from_env(VALID)
+    with pytest.raises(AttributeError):
+        config.stack_name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_a_missing_variable_is_named(name: str) -> None:
+    env = {k: v for k, v in VALID.items() if k != name}
+    with pytest.raises(ConfigError, match=name):
+        Config.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "complaint"),
+    [
+        ("SUBNET_IDS", "subnet-0123456789abcdef0,vpc-1", "bad: vpc-1"),
+        ("SUBNET_IDS", "subnet-0123456789abcdef0,subnet-0123456789abcdef0", "twice"),
+        ("LAUNCH_TEMPLATE_ID", "template", "LAUNCH_TEMPLATE_ID"),
+        ("INSTANCE_TYPES", "large", "INSTANCE_TYPES"),
+        ("ALLOW_ON_DEMAND", "yes", "true or false"),
+        ("SOURCE_VOLUME_IOPS", "2999", "3000-80000"),
+        ("SOURCE_VOLUME_IOPS", "80001", "3000-80000"),
+        ("SOURCE_VOLUME_IOPS", "fast", "not an integer"),
+        ("SOURCE_VOLUME_THROUGHPUT", "124", "125-2000"),
+        ("SOURCE_VOLUME_THROUGHPUT", "751", "needs at least 3004 IOPS"),
+        ("VOLUME_INITIALIZATION_RATE", "99", "0 \\(off\\) or 100-300"),
+        ("VOLUME_INITIALIZATION_RATE", "301", "0-300"),
+        ("MAX_VOLUME_GIB", "65537", "1-65536"),
+        ("MAX_LAUNCH_ATTEMPTS", "0", "1-10"),
+    ],
+)
+def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:
+    with pytest.raises(ConfigError, match=complaint):
+        Config.from_env({**VALID, name: value})
+
+
+def test_throughput_may_use_the_whole_ratio() -> None:
+    config = Config.from_env({**VALID, "SOURCE_VOLUME_IOPS": "8000", "SOURCE_VOLUME_THROUGHPUT": "2000"})
+    assert config.source_volume_throughput == 2000
+
+
+def test_gp3_limits_are_those_of_the_shipped_botocore() -> None:
+    """The limits are constants; the botocore model this package ships documents them."""
+    ebs = botocore.session.get_session().get_service_model("ec2").shape_for("EbsBlockDevice")
+    docs = {name: ebs.members[name].documentation for name in ebs.members}
+    assert (
+        f"<code>gp3</code>: {config_module.GP3_MIN_IOPS:,} - {config_module.GP3_MAX_IOPS:,} IOPS"
+        in docs["Iops"]
+    )
+    assert (
+        f"Minimum value of {config_module.GP3_MIN_THROUGHPUT}. "
+        f"Maximum value of {config_module.GP3_MAX_THROUGHPUT:,}." in docs["Throughput"]
+    )
+    assert (
+        f"Valid range: {config_module.VOLUME_INITIALIZATION_RATE_MIN} - "
+        f"{config_module.VOLUME_INITIALIZATION_RATE_MAX} MiB/s" in docs["VolumeInitializationRate"]
+    )
