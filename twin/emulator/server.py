@@ -1,0 +1,189 @@
+"""The emulator: moto's server on 127.0.0.1 with the twin's behaviour patched in.
+
+Use it as a context manager; on exit it stops running commands, detaches the loop devices it
+attached (only those) and deletes its files, also when the body failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from moto.ec2.models import ec2_backends
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from . import amis_twin, ec2_twin, ssm_twin
+from . import state as st
+from .blockstore import fingerprint, sparse_copy, written_chunks
+from .faults import Faults
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+class Emulator:
+    def __init__(self, workdir: Path, faults: Faults | None = None, region: str = REGION):
+        self.workdir = workdir
+        self.region = region
+        self.account = ACCOUNT
+        self.state = st.EmulatorState(workdir=workdir, faults=faults or Faults())
+        self._server: ThreadedMotoServer | None = None
+        self.endpoint = ""
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        if st.ACTIVE is not None:
+            raise RuntimeError("another twin emulator is active in this process; stop it first")
+        for module in (ec2_twin, ssm_twin, amis_twin):
+            module.install()
+        _reset_moto()
+        # Build moto's region backend (with its stock AMIs) before the patches take effect,
+        # so its placeholder volumes get no backing files.
+        _ = self.ec2
+        st.ACTIVE = self.state
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        return self.endpoint
+
+    def stop(self) -> list[str]:
+        """Tear everything down; returns loop devices that could not be detached (should be [])."""
+        try:
+            ssm_twin.stop_all(self.state)
+        finally:
+            stuck = self.state.loops.detach_all()
+            if self._server is not None:
+                self._server.stop()
+                self._server = None
+            if st.ACTIVE is self.state:
+                st.ACTIVE = None
+            _reset_moto()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if stuck:
+            print(f"twin: could not detach loop devices {stuck}", file=sys.stderr)
+        return stuck
+
+    # --- access -----------------------------------------------------------------------------
+
+    @property
+    def ec2(self) -> Any:
+        return ec2_backends[self.account][self.region]
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a process that talks to this emulator with boto3."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def boto3_client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    # --- registry: disk images as snapshots and AMIs ------------------------------------------
+
+    def register_snapshot(
+        self,
+        image: Path,
+        description: str = "",
+        tags: dict[str, str] | None = None,
+        state: str = "completed",
+        encrypted: bool = False,
+    ) -> str:
+        """Register a disk image as a snapshot (the image's allocated blocks = its written blocks).
+        The image is copied; the caller keeps the original."""
+        size = image.stat().st_size
+        if size % st.GIB:
+            raise ValueError(
+                f"{image} is {size} bytes; an EBS snapshot's volume size is whole GiB: "
+                "build the image with a size that is a multiple of 1 GiB"
+            )
+        ec2 = self.ec2
+        # The volume the snapshot was taken from; created outside the twin's bookkeeping.
+        st.ACTIVE = None
+        try:
+            volume = ec2.create_volume(
+                size=size // st.GIB, zone_name=f"{self.region}a", encrypted=encrypted
+            )
+            snapshot = ec2.create_snapshot(volume.id, description)
+            ec2.delete_volume(volume.id)
+        finally:
+            st.ACTIVE = self.state
+        path = self.workdir / "snapshots" / f"{snapshot.id}.img"
+        sparse_copy(image, path)
+        snapshot.status = state
+        snapshot.twin_progress = "100%" if state == "completed" else "42%"
+        snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * 512 * 1024
+        if tags:
+            snapshot.add_tags(tags)
+        with self.state.lock:
+            self.state.snapshot_files[snapshot.id] = path
+        self.state.tag_events.clear()  # registration is set-up, not a user's tag change
+        return str(snapshot.id)
+
+    def register_ami(
+        self, name: str, volumes: list[tuple[str, Path]], attributes: dict[str, Any]
+    ) -> tuple[str, list[str]]:
+        """Register an AMI whose EBS volumes are the given images (device name, image)."""
+        snapshot_ids = [self.register_snapshot(img, f"{name} {dev}") for dev, img in volumes]
+        mappings = [
+            {
+                "DeviceName": dev,
+                "Ebs": {
+                    "SnapshotId": sid,
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                },
+            }
+            for (dev, _), sid in zip(volumes, snapshot_ids, strict=True)
+        ]
+        image = amis_twin.register_full_image(
+            self.ec2, {"Name": name, **attributes, "BlockDeviceMappings": mappings}
+        )
+        return str(image.id), snapshot_ids
+
+    def snapshot_file(self, snapshot_id: str) -> Path:
+        return self.state.snapshot_files[snapshot_id]
+
+    def snapshot_fingerprint(self, snapshot_id: str) -> str | None:
+        path = self.state.snapshot_files.get(snapshot_id)
+        return fingerprint(path) if path is not None and path.exists() else None
+
+    def snapshot_chunks(self, snapshot_id: str) -> int:
+        return len(written_chunks(self.state.snapshot_files[snapshot_id]))
+
+
+def _reset_moto() -> None:
+    """moto's backends are process-wide: each emulator starts from an empty cloud."""
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
+
+
+def default_workdir(base: Path) -> Path:
+    path = base / f"emulator-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

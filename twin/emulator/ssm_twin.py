@@ -1,0 +1,376 @@
+"""SSM behaviour moto lacks: managed-instance information, and Run Command that really runs.
+
+SendCommand of a Command document with an aws:runShellScript step runs the step's script on this
+machine in a background thread, with the parameters substituted the way the SSM agent does
+(`{{ Name }}`), against loop devices that stand in for the instance's EBS volumes.
+GetCommandInvocation then answers like SSM: InvocationDoesNotExist right after SendCommand, then
+Pending/InProgress, then Success/Failed/TimedOut with the (cut) output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moto.core.responses import ActionResult
+from moto.ec2.models import ec2_backends
+from moto.ssm.exceptions import SSMException as RESTError
+from moto.ssm.models import Command, SimpleSystemManagerBackend
+from moto.ssm.responses import SimpleSystemManagerResponse
+
+from . import state as st
+from .ec2_twin import interrupt_spot_instance, volume_path
+
+STDOUT_LIMIT = 24_000  # StandardOutputContent is cut here by SSM
+STDERR_LIMIT = 8_000
+NVME_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
+# With the instance-lost fault, the instance disappears this long after its command started.
+INTERRUPT_AFTER_SECONDS = 0.5
+
+_orig: dict[str, Any] = {}
+_PARAM = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass
+class CommandRun:
+    command_id: str
+    instance_id: str
+    document_name: str
+    script: str
+    timeout_seconds: int
+    rundir: Path
+    status: str = "Pending"
+    response_code: int = -1
+    stdout: str = ""
+    stderr: str = ""
+    started: datetime.datetime | None = None
+    ended: datetime.datetime | None = None
+    polls: int = 0
+    process: subprocess.Popen[str] | None = None
+    devices: list[str] = field(default_factory=list)
+    instance_gone: bool = False
+    thread: threading.Thread | None = None
+
+    def invocation(self) -> dict[str, Any]:
+        elapsed = ""
+        if self.started is not None:
+            end = self.ended or _now()
+            elapsed = f"PT{(end - self.started).total_seconds():.3f}S"
+        return {
+            "CommandId": self.command_id,
+            "InstanceId": self.instance_id,
+            "Comment": "",
+            "DocumentName": self.document_name,
+            "DocumentVersion": "$DEFAULT",
+            "PluginName": "aws:runShellScript",
+            "ResponseCode": self.response_code,
+            "ExecutionStartDateTime": self.started.isoformat() if self.started else "",
+            "ExecutionElapsedTime": elapsed,
+            "ExecutionEndDateTime": self.ended.isoformat() if self.ended else "",
+            "Status": self.status,
+            "StatusDetails": self.status,
+            "StandardOutputContent": self.stdout[:STDOUT_LIMIT],
+            "StandardOutputUrl": "",
+            "StandardErrorContent": self.stderr[:STDERR_LIMIT],
+            "StandardErrorUrl": "",
+            "CloudWatchOutputConfig": {
+                "CloudWatchLogGroupName": "",
+                "CloudWatchOutputEnabled": False,
+            },
+        }
+
+
+# --- document handling ------------------------------------------------------------------------
+
+
+def render_script(document: dict[str, Any], given: dict[str, list[str]]) -> tuple[str, int]:
+    """The shell script of the document's single runShellScript step, parameters substituted,
+    and its timeout.  Raises InvalidParameters the way SendCommand does."""
+    declared: dict[str, Any] = document.get("parameters") or {}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise RESTError(
+            "InvalidParameters", f"Parameters {unknown} are not defined in the document"
+        )
+    values: dict[str, str] = {}
+    for name, spec in declared.items():
+        if name in given:
+            value = ",".join(given[name])
+        elif "default" in spec:
+            value = spec["default"] if isinstance(spec["default"], str) else str(spec["default"])
+        else:
+            raise RESTError("InvalidParameters", f"Parameter {name} is required and was not given")
+        pattern = spec.get("allowedPattern")
+        if pattern and not re.search(pattern, value):
+            raise RESTError(
+                "InvalidParameters",
+                f"Parameter {name} value {value!r} does not match allowedPattern {pattern}",
+            )
+        allowed = spec.get("allowedValues")
+        if allowed and value not in allowed:
+            raise RESTError(
+                "InvalidParameters", f"Parameter {name} value {value!r} is not one of {allowed}"
+            )
+        values[name] = value
+
+    steps = [s for s in document.get("mainSteps", []) if s.get("action") == "aws:runShellScript"]
+    if len(steps) != 1:
+        raise RESTError(
+            "InvalidDocument", "the twin runs documents with exactly one aws:runShellScript step"
+        )
+    inputs = steps[0].get("inputs", {})
+    commands = inputs.get("runCommand", [])
+    lines = [commands] if isinstance(commands, str) else list(commands)
+
+    def substitute(text: str) -> str:
+        return _PARAM.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+    timeout = int(substitute(str(inputs.get("timeoutSeconds", 3600))))
+    return "\n".join(substitute(line) for line in lines) + "\n", timeout
+
+
+def _document_content(backend: SimpleSystemManagerBackend, name: str) -> dict[str, Any] | None:
+    documents = backend._documents.get(name)
+    if documents is None:
+        return None
+    return documents.get_default_version().content_json  # type: ignore[no-any-return]
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+def _attached_volumes(backend: Any, instance_id: str) -> list[str]:
+    instance = backend.get_instance(instance_id)
+    return [mapping.volume_id for _, mapping in instance.get_block_device_mapping]
+
+
+def _prepare_devices(emu: st.EmulatorState, run: CommandRun, backend: Any) -> Path:
+    """Loop devices for the instance's volumes and the by-id directory the program looks in."""
+    by_id = run.rundir / "by-id"
+    by_id.mkdir(parents=True, exist_ok=True)
+    first_instance = emu.instances_launched[:1] == [run.instance_id]
+    for volume_id in _attached_volumes(backend, run.instance_id):
+        volume = backend.get_volume(volume_id)
+        if emu.faults.hide_source_device and first_instance and volume.snapshot_id:
+            continue  # command-fails: the source volume never shows up as a device
+        device = emu.loops.attach(volume_path(emu, volume_id))
+        run.devices.append(device)
+        (by_id / (NVME_PREFIX + volume_id.replace("-", ""))).symlink_to(device)
+    return by_id
+
+
+def _release_devices(emu: st.EmulatorState, run: CommandRun) -> None:
+    for device in run.devices:
+        # On failure detach_all at shutdown tries again and reports what stays attached.
+        with contextlib.suppress(RuntimeError, ValueError):
+            emu.loops.detach(device)
+    run.devices.clear()
+
+
+def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
+    try:
+        by_id = _prepare_devices(emu, run, backend)
+        script = run.rundir / "_script.sh"
+        script.write_text(run.script)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "SPARSECOPY_BY_ID_DIR": str(by_id),
+        }
+        run.started = _now()
+        run.status = "InProgress"
+        run.process = subprocess.Popen(
+            ["bash", str(script)],
+            cwd=run.rundir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # so a lost instance can take the whole process group down
+        )
+        interrupt = emu.faults.interrupt_first_instance and emu.instances_launched[:1] == [
+            run.instance_id
+        ]
+        if interrupt:
+            threading.Timer(
+                INTERRUPT_AFTER_SECONDS, interrupt_spot_instance, args=(backend, run.instance_id)
+            ).start()
+        try:
+            out, err = run.process.communicate(timeout=run.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            _kill(run)
+            out, err = run.process.communicate()
+            run.status = "TimedOut"
+        run.stdout, run.stderr = out, err
+        if run.instance_gone:
+            # The agent died with the instance: nobody reports an end.
+            return
+        run.ended = _now()
+        run.response_code = run.process.returncode
+        if run.status != "TimedOut":
+            run.status = "Success" if run.response_code == 0 else "Failed"
+    except Exception as error:  # the agent reports its own failures as a failed invocation
+        run.ended = _now()
+        run.stderr += f"\ntwin: could not run the command: {error}\n"
+        run.status = "Failed"
+        run.response_code = 1
+    finally:
+        _release_devices(emu, run)
+
+
+def _kill(run: CommandRun) -> None:
+    if run.process is not None and run.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.process.pid, signal.SIGKILL)
+
+
+def stop_runs_on_instance(emu: st.EmulatorState, instance_id: str) -> None:
+    """The instance is going away: kill what runs on it and free its devices."""
+    with emu.lock:
+        runs = [r for (_, iid), r in emu.runs.items() if iid == instance_id]
+    for run in runs:
+        if run.status in ("Pending", "InProgress"):
+            run.instance_gone = True
+            _kill(run)
+            if run.thread is not None:
+                run.thread.join(timeout=30)
+
+
+def stop_all(emu: st.EmulatorState) -> None:
+    with emu.lock:
+        runs = list(emu.runs.values())
+    for run in runs:
+        _kill(run)
+        if run.thread is not None:
+            run.thread.join(timeout=30)
+
+
+# --- patched API -----------------------------------------------------------------------------
+
+
+def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
+    emu = st.ACTIVE
+    name = kwargs.get("document_name") or ""
+    document = _document_content(self, name) if emu is not None else None
+    if emu is not None and document is None and not name.startswith("AWS-"):
+        raise RESTError("InvalidDocument", f"Document {name} does not exist")
+    script_timeout = None
+    if document is not None:
+        script, script_timeout = render_script(document, kwargs.get("parameters") or {})
+    command = _orig["send_command"](self, **kwargs)
+    if emu is None or document is None:
+        return command
+    backend = ec2_backends[self.account_id][self.region_name]
+    for instance_id in command.instance_ids:
+        run = CommandRun(
+            command_id=command.command_id,
+            instance_id=instance_id,
+            document_name=name,
+            script=script,
+            timeout_seconds=script_timeout or 3600,
+            rundir=emu.workdir / "commands" / command.command_id / instance_id,
+        )
+        run.rundir.mkdir(parents=True, exist_ok=True)
+        with emu.lock:
+            emu.runs[(command.command_id, instance_id)] = run
+        run.thread = threading.Thread(target=_execute, args=(emu, run, backend), daemon=True)
+        run.thread.start()
+    command.status = "InProgress"
+    return command
+
+
+def _get_invocation(self: Command, instance_id: str, plugin_name: str | None) -> dict[str, Any]:
+    emu = st.ACTIVE
+    run = emu.runs.get((self.command_id, instance_id)) if emu is not None else None
+    if run is None:
+        return _orig["get_invocation"](self, instance_id, plugin_name)  # type: ignore[no-any-return]
+    run.polls += 1
+    if run.polls == 1:
+        # SSM needs a moment before an invocation exists; clients must tolerate this.
+        raise RESTError(
+            "InvocationDoesNotExist",
+            "An error occurred (InvocationDoesNotExist) when calling the "
+            "GetCommandInvocation operation",
+        )
+    if plugin_name not in (None, "aws:runShellScript"):
+        raise RESTError("InvalidPluginName", f"plugin {plugin_name} is not in the document")
+    self.status = run.status
+    return run.invocation()
+
+
+def _describe_instance_information(self: SimpleSystemManagerResponse) -> ActionResult:
+    wanted: set[str] = set()
+    for item in self._get_param("InstanceInformationFilterList", []) or []:
+        if item.get("key") == "InstanceIds":
+            wanted.update(item.get("valueSet", []))
+    for item in self._get_param("Filters", []) or []:
+        if item.get("Key") in ("InstanceIds", "InstanceId"):
+            wanted.update(item.get("Values", []))
+    backend = ec2_backends[self.current_account][self.region]
+    emu = st.ACTIVE
+    items = []
+    for reservation in backend.all_reservations():
+        for instance in reservation.instances:
+            if wanted and instance.id not in wanted:
+                continue
+            if instance.state != "running":
+                continue
+            if emu is not None:
+                with emu.lock:
+                    polls = emu.instance_info_polls.get(instance.id, 0) + 1
+                    emu.instance_info_polls[instance.id] = polls
+                if polls <= st.INSTANCE_INFO_MISSING_POLLS:
+                    continue  # the agent has not registered yet
+            items.append(
+                {
+                    "InstanceId": instance.id,
+                    "PingStatus": "Online",
+                    "LastPingDateTime": _now(),
+                    "AgentVersion": "3.3.0.0",
+                    "IsLatestVersion": True,
+                    "PlatformType": "Linux",
+                    "PlatformName": "Amazon Linux",
+                    "PlatformVersion": "2023",
+                    "ResourceType": "EC2Instance",
+                    "IPAddress": instance.private_ip,
+                    "ComputerName": instance.private_dns_name,
+                }
+            )
+    return ActionResult({"InstanceInformationList": items})
+
+
+def install() -> None:
+    if _orig:
+        return
+    _orig["send_command"] = SimpleSystemManagerBackend.send_command
+    _orig["get_invocation"] = Command.get_invocation
+    SimpleSystemManagerBackend.send_command = _send_command  # type: ignore[method-assign,assignment]
+    Command.get_invocation = _get_invocation  # type: ignore[method-assign]
+    SimpleSystemManagerResponse.describe_instance_information = _describe_instance_information  # type: ignore[attr-defined]
+
+
+def cleanup_rundirs(emu: st.EmulatorState) -> None:
+    shutil.rmtree(emu.workdir / "commands", ignore_errors=True)
+
+
+def wait_for(run: CommandRun, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while run.status in ("Pending", "InProgress") and not run.instance_gone:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"command {run.command_id} still {run.status} after {seconds}s")
+        time.sleep(0.05)

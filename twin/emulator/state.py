@@ -1,0 +1,50 @@
+"""What the emulator adds to moto's models: backing files, command runs, FSR and fault state.
+
+moto's backends are process-wide, so the patches in ec2_twin/ssm_twin find the emulator through
+the module-level `ACTIVE`; with no active emulator they behave exactly like moto.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .blockstore import LoopDevices
+from .faults import Faults
+
+if TYPE_CHECKING:
+    from .ssm_twin import CommandRun
+
+GIB = 1024**3
+# Polls a resource goes through before it settles (AWS answers "not yet" for a while).
+SNAPSHOT_PENDING_POLLS = 2
+FSR_POLLS_PER_STATE = 1
+INSTANCE_INFO_MISSING_POLLS = 1
+
+
+@dataclass
+class EmulatorState:
+    workdir: Path
+    faults: Faults = field(default_factory=Faults)
+    loops: LoopDevices = field(default_factory=LoopDevices)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    volume_files: dict[str, Path] = field(default_factory=dict)
+    snapshot_files: dict[str, Path] = field(default_factory=dict)
+    # snapshots the workflow made: id -> describe polls seen while pending
+    snapshot_polls: dict[str, int] = field(default_factory=dict)
+    fsr: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    instance_info_polls: dict[str, int] = field(default_factory=dict)
+    instances_launched: list[str] = field(default_factory=list)
+    spot_failures_served: int = 0
+    runs: dict[tuple[str, str], CommandRun] = field(default_factory=dict)
+    tag_events: list[dict[str, Any]] = field(default_factory=list)
+    api_log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for sub in ("volumes", "snapshots", "commands"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+
+
+ACTIVE: EmulatorState | None = None
