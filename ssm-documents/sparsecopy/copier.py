@@ -39,27 +39,34 @@ def open_device(path: str, write: bool) -> int:
         raise Failure(f"cannot open {path}: {exc.strerror}") from exc
 
 
-def nonzero_runs(view: memoryview, length: int) -> Iterator[tuple[int, int]]:
-    """(offset, length) of the runs of ZERO_BLOCK blocks in view[:length] that are not all zero."""
+def nonzero_runs(view: memoryview, length: int, base: int = 0) -> Iterator[tuple[int, int]]:
+    """(offset, length) of the runs in view[:length] that are not all zero.
+
+    ``view`` holds the bytes at absolute offset ``base``; blocks are cut at absolute multiples of
+    ZERO_BLOCK (the first and last may be shorter), so a written run never reaches into a 512 KiB
+    EBS block that holds only zeros.
+    """
     zeros = memoryview(_ZEROS)
     run_start: Optional[int] = None
     pos = 0
     while pos < length:
-        probe_end = min(pos + _PROBE, length)
+        probe_end = min(pos + _PROBE - (base + pos) % _PROBE, length)
         if view[pos:probe_end] == zeros[: probe_end - pos]:
             if run_start is not None:
                 yield run_start, pos - run_start
                 run_start = None
             pos = probe_end
             continue
-        for block in range(pos, probe_end, ZERO_BLOCK):
-            end = min(block + ZERO_BLOCK, probe_end)
+        block = pos
+        while block < probe_end:
+            end = min(block + ZERO_BLOCK - (base + block) % ZERO_BLOCK, probe_end)
             if view[block:end] == zeros[: end - block]:
                 if run_start is not None:
                     yield run_start, block - run_start
                     run_start = None
             elif run_start is None:
                 run_start = block
+            block = end
         pos = probe_end
     if run_start is not None:
         yield run_start, length - run_start
@@ -111,7 +118,7 @@ class Copier:
         try:
             self._read(src, view, offset, length, "the source")
             written = 0
-            for start, count in nonzero_runs(view, length):
+            for start, count in nonzero_runs(view, length, offset):
                 self._write(dst, view[start : start + count], offset + start + shift)
                 written += count
         finally:

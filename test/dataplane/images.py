@@ -56,6 +56,8 @@ class DiskImage:
     size: int
     table: str  # "gpt", "mbr" or "none"
     partitions: list[Partition] = field(default_factory=list)
+    # Files the builder left on each partition and that must survive: {number: {path: sha256}}.
+    files: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def partition(self, number: int) -> Partition:
         for part in self.partitions:
@@ -321,7 +323,7 @@ def build_gpt_efi_ext4(path: Path, size: int = 160 * MIB, seed: int = 1) -> Disk
     efi_files(disk, 2, seed)
     mkfs(disk, 3)
     with partition_mount(disk, 3) as mnt:
-        fill_dirty(mnt, seed)
+        disk.files[3] = fill_dirty(mnt, seed)
     return disk
 
 
@@ -330,9 +332,13 @@ def efi_files(disk: DiskImage, number: int, seed: int) -> None:
     part = disk.partition(number)
     image = f"{disk.path}@@{part.start}"
     rng = random.Random(seed)
+    kept = disk.files.setdefault(number, {})
     with tempfile.TemporaryDirectory() as tmp:
         for name, size in (("BOOTX64.EFI", 900 * 1024), ("grub.cfg", 3000), ("old.bin", 3 * MIB)):
-            Path(tmp, name).write_bytes(rng.randbytes(size))
+            content = rng.randbytes(size)
+            Path(tmp, name).write_bytes(content)
+            if name != "old.bin":
+                kept[f"EFI/BOOT/{name}"] = hashlib.sha256(content).hexdigest()
         run("mmd", "-i", image, "::/EFI", "::/EFI/BOOT")
         for name in ("BOOTX64.EFI", "grub.cfg", "old.bin"):
             run("mcopy", "-i", image, str(Path(tmp, name)), f"::/EFI/BOOT/{name}")
@@ -351,9 +357,9 @@ def build_gpt_xfs(
     efi_files(disk, 2, seed)
     mkfs(disk, 3)
     with partition_mount(disk, 3) as mnt:
-        fill_dirty(mnt, seed, files=8, file_size=16 * MIB, delete=(2, 4, 6, 8))
+        disk.files[3] = fill_dirty(mnt, seed, files=8, file_size=16 * MIB, delete=(2, 4, 6, 8))
         if crash:
-            crash_after_writes(mnt, seed + 100, files=4, file_size=16 * MIB)
+            disk.files[3].update(crash_after_writes(mnt, seed + 100, files=4, file_size=16 * MIB))
     return disk
 
 
@@ -381,7 +387,7 @@ def build_mbr_ntfs(path: Path, size: int = 200 * MIB, seed: int = 3) -> DiskImag
                 device,
             )
         with partition_mount(disk, number) as mnt:
-            fill_dirty(mnt, seed + number, files=6, file_size=6 * MIB)
+            disk.files[number] = fill_dirty(mnt, seed + number, files=6, file_size=6 * MIB)
     return disk
 
 
@@ -397,7 +403,9 @@ def build_mbr_logical(path: Path, size: int = 160 * MIB, seed: int = 4) -> DiskI
     for number in (1, 5, 6):
         mkfs(disk, number)
         with partition_mount(disk, number) as mnt:
-            fill_dirty(mnt, seed + number, files=4, file_size=4 * MIB, delete=(2,))
+            disk.files[number] = fill_dirty(
+                mnt, seed + number, files=4, file_size=4 * MIB, delete=(2,)
+            )
     return disk
 
 
@@ -409,9 +417,9 @@ def build_bare_ext4(
     disk = DiskImage(path, size, "none", [Partition(1, 0, size, "ext4")])
     mkfs(disk, 1)
     with partition_mount(disk, 1) as mnt:
-        fill_dirty(mnt, seed)
+        disk.files[1] = fill_dirty(mnt, seed)
         if crash:
-            crash_after_writes(mnt, seed + 100)
+            disk.files[1].update(crash_after_writes(mnt, seed + 100))
     return disk
 
 
@@ -423,7 +431,7 @@ def build_ext4_swap(path: Path, size: int = 128 * MIB, seed: int = 6) -> DiskIma
     mkfs(disk, 2)
     mkfs(disk, 1)
     with partition_mount(disk, 1) as mnt:
-        fill_dirty(mnt, seed)
+        disk.files[1] = fill_dirty(mnt, seed)
     return disk
 
 
@@ -433,7 +441,7 @@ def build_btrfs(path: Path, size: int = 256 * MIB, seed: int = 7) -> DiskImage:
     disk = DiskImage(path, size, "none", [Partition(1, 0, size, "btrfs")])
     mkfs(disk, 1)
     with partition_mount(disk, 1) as mnt:
-        fill_dirty(mnt, seed, files=6, file_size=8 * MIB)
+        disk.files[1] = fill_dirty(mnt, seed, files=6, file_size=8 * MIB)
     return disk
 
 
@@ -466,11 +474,8 @@ def _hash_tree(root: Path) -> dict[str, str]:
             rel = str(full.relative_to(root))
             if rel.startswith(("System Volume Information", "$")):
                 continue
-            digest = hashlib.sha256()
             with open(full, "rb") as f:
-                for block in iter(lambda f=f: f.read(MIB), b""):
-                    digest.update(block)
-            hashes[rel] = digest.hexdigest()
+                hashes[rel] = hashlib.file_digest(f, "sha256").hexdigest()
     return hashes
 
 
@@ -524,6 +529,23 @@ def fsck_clean(disk: DiskImage, number: int) -> None:
             run("ntfsfix", "--no-action", device)
         else:
             raise ValueError(f"no fsck for {part.fs!r}")
+
+
+def seed_method_image(disk: DiskImage, dest: Path) -> Path:
+    """The seed method's trimmed image, made independently of sparsecopy.
+
+    Copy the whole disk (what ``dd`` does), mount every partition with discard through an offset
+    loop device (ntfs-3g for NTFS), run fstrim, unmount. The kernel punches holes where the
+    filesystem has free space. ``nonzero_chunks(dest)`` is then what ``ddpt oflag=sparse`` onto a
+    blank volume writes: the baseline every sparsecopy result is compared against.
+    """
+    run("cp", "--sparse=always", str(disk.path), str(dest))
+    image = DiskImage(dest, disk.size, disk.table, list(disk.partitions))
+    for part in image.partitions:
+        if part.fs in ("ext4", "xfs", "btrfs", "ntfs"):
+            with partition_mount(image, part.number, "discard") as mnt:
+                run("fstrim", str(mnt))
+    return dest
 
 
 def data_chunks(path: Path, chunk: int = CHUNK) -> set[int]:
