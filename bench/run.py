@@ -1,0 +1,298 @@
+"""`make bench`: build each dirty disk, copy it with every method, measure, compare, draw.
+
+Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--jobs N] [--source-mbps N] [--out DIR]
+Exit status: 0 all targets met, 2 some target missed, 1 the bench itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from bench import figure, report
+from bench.allocation import allocation
+from bench.chunks import CHUNK, nonzero_chunks, written_chunks
+from bench.disk import FILESYSTEMS, MIB, Layout, build
+from bench.methods import METHODS, PROGRAM, Job, Method
+from bench.report import Record
+from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_buffers
+from bench.throttle import throttled_reads
+from bench.verify import check_target
+
+TOOLS = (
+    "losetup",
+    "sfdisk",
+    "mkfs.ext4",
+    "mkfs.xfs",
+    "mkfs.ntfs",
+    "ntfs-3g",
+    "dumpe2fs",
+    "xfs_db",
+    "ntfscat",
+    "e2fsck",
+    "xfs_repair",
+    "ntfsfix",
+    "fstrim",
+    "dd",
+    "ddpt",
+    "blockdev",
+)
+SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'2G' -> 2147483648 (binary units); the bench needs at least 1 GiB, in whole MiB."""
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    factor = SUFFIXES.get(text[-1:], 1) if text else 1
+    number = text[:-1] if text[-1:] in SUFFIXES else text
+    try:
+        size = int(float(number) * factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a number like 2G") from None
+    if size < 1 << 30 or size % MIB:
+        raise argparse.ArgumentTypeError(f"size {text!r} must be at least 1G and whole MiB")
+    return size
+
+
+def parse_filesystems(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FILESYSTEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown filesystem(s) {unknown}; choose from {','.join(FILESYSTEMS)}"
+        )
+    return names
+
+
+def _fsync_device(device: str) -> None:
+    """Make the copy durable on the target, as every method must before it counts as done."""
+    fd = os.open(device, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, res: Resources) -> None:
+        self.size: int = args.size
+        self.jobs: int | None = args.jobs
+        self.source_bps = args.source_mbps * MIB if args.source_mbps else None
+        self.out: Path = args.out
+        self.work = args.out / "work"
+        self.logs = args.out / "logs"
+        self.mount_dir = self.work / "mnt"
+        self.res = res
+        self.records: list[Record] = []
+        self.panels: list[tuple[str, list[figure.Panel]]] = []
+
+    def filesystem(self, fs: str) -> None:
+        print(f"== {fs}: building the dirty disk ({self.size / MIB:,.0f} MiB)", flush=True)
+        disk = build(self.work / f"source-{fs}.img", fs, self.size, self.mount_dir, self.res)
+        alloc = allocation(disk.image, disk.layout, self.res)
+        live = len(disk.live_files) * disk.file_size
+        # Two of five files are live: the allocated total must cover them but not a third file.
+        if not live <= alloc.bytes <= live + disk.file_size:
+            raise BenchError(
+                f"{fs}: allocation maps say {alloc.bytes} bytes allocated, but the live files "
+                f"hold {live}; the allocation reader is wrong"
+            )
+        lower = nonzero_chunks(disk.image, alloc.extents)
+        source_chunks = written_chunks(disk.image)
+        print(
+            f"   allocated {alloc.bytes / MIB:,.1f} MiB, lower bound {len(lower)} chunks, "
+            f"source has {len(source_chunks)} written chunks",
+            flush=True,
+        )
+        panels: list[figure.Panel] = [
+            ("source: written (snapshot stores these)", "source", source_chunks),
+            ("lower bound: allocated, non-zero", "bound", lower),
+        ]
+        source = self.res.attach(disk.image)
+        try:
+            for method in METHODS:
+                record = Record(fs, method.name, self.size, alloc.bytes, len(lower))
+                self.records.append(record)
+                target_image = self.work / f"target-{fs}-{method.name}.img"
+                chunks = self.copy(method, source, disk.layout, target_image, record)
+                if chunks is not None:
+                    panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
+                    record.problems = check_target(disk, target_image, self.mount_dir, self.res)
+                    record.verified = not record.problems
+                target_image.unlink(missing_ok=True)
+                if record.error is None:
+                    print(
+                        f"   {method.label}: " + "  ".join(report.rows([record])[1][2:]), flush=True
+                    )
+        finally:
+            self.res.detach(source)
+        disk.image.unlink()
+        self.panels.append((fs, panels))
+
+    def copy(
+        self,
+        method: Method,
+        source: str,
+        layout: Layout,
+        target_image: Path,
+        record: Record,
+    ) -> set[int] | None:
+        """Run one method onto a fresh all-holes target; fill `record`; return written chunks."""
+        target_image.unlink(missing_ok=True)
+        with target_image.open("wb") as f:
+            f.truncate(self.size)
+        target = self.res.attach(target_image)
+        job = Job(
+            source=source,
+            target=target,
+            layout=layout,
+            scratch=self.work,
+            mount_dir=self.mount_dir,
+            log=self.logs / f"{layout.fs}-{method.name}.log",
+            jobs=self.jobs,
+            res=self.res,
+        )
+        try:
+            drop_caches()
+            flush_buffers(source)
+            flush_buffers(target)
+            before_source, before_target = IoCounters.of(source), IoCounters.of(target)
+            start = time.monotonic()
+            try:
+                with throttled_reads(source, self.source_bps):
+                    method.copy(job)
+                    _fsync_device(target)
+                record.seconds = round(time.monotonic() - start, 2)
+            except BenchError as err:
+                record.error = str(err)
+                print(f"   {method.label} FAILED: {err}", flush=True)
+            record.source_bytes_read = IoCounters.of(source).bytes_since(before_source)[0]
+            record.target_bytes_written = IoCounters.of(target).bytes_since(before_target)[1]
+            flush_buffers(target)
+        finally:
+            self.res.detach(target)
+        if record.error is not None:
+            return None
+        chunks = written_chunks(target_image)
+        record.target_chunks = len(chunks)
+        return chunks
+
+
+def _git_commit(path: Path) -> str:
+    proc = subprocess.run(
+        ["git", "log", "-1", "--format=%h %cI", "--", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+    )
+    return proc.stdout.strip() or "uncommitted"
+
+
+def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through every finally, which detaches and unmounts
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--size",
+        type=parse_size,
+        default=parse_size("2G"),
+        help="volume size per filesystem (default 2G)",
+    )
+    parser.add_argument(
+        "--fs",
+        type=parse_filesystems,
+        default=list(FILESYSTEMS),
+        help="comma list of filesystems (default ext4,xfs,ntfs)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="--jobs for sparsecopy (default: the program's own default)",
+    )
+    parser.add_argument(
+        "--source-mbps",
+        type=int,
+        default=0,
+        help="cap reads of the source device at N MiB/s (default: no cap)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/bench"))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print(
+            "bench: run as root (it attaches loop devices and mounts filesystems)", file=sys.stderr
+        )
+        return 1
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        print(f"bench: missing tools {missing}; run `make setup`", file=sys.stderr)
+        return 1
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_on_signal)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for sub in ("work", "logs"):
+        (args.out / sub).mkdir(exist_ok=True)
+    res = Resources()
+    bench = Bench(args, res)
+    started = time.monotonic()
+    failure = None
+    try:
+        for fs in args.fs:
+            bench.filesystem(fs)
+    except BenchError as err:
+        failure = str(err)
+    finally:
+        leftovers = res.close()
+        shutil.rmtree(bench.work, ignore_errors=True)
+    for problem in leftovers:
+        print(f"bench: clean-up problem: {problem}", file=sys.stderr)
+    if failure:
+        print(f"bench: {failure}", file=sys.stderr)
+        return 1
+    targets = report.evaluate(bench.records)
+    config = {
+        "size_bytes": args.size,
+        "chunk_bytes": CHUNK,
+        "filesystems": args.fs,
+        "jobs": args.jobs,
+        "source_mbps": args.source_mbps or None,
+        "program": _git_commit(PROGRAM),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "bench_seconds": round(time.monotonic() - started, 1),
+    }
+    report.save(args.out / "results.json", config, bench.records, targets)
+    caption = (
+        f"512 KiB chunks holding data, {args.size // CHUNK} per volume "
+        "(chunk 0 top left, row by row)"
+    )
+    (args.out / "chunks.svg").write_text(figure.render(bench.panels, args.size // CHUNK, caption))
+    print()
+    print(report.text_table(report.rows(bench.records)))
+    for record in bench.records:
+        if record.error:
+            print(f"{record.filesystem} {record.method} FAILED: {record.error}")
+    print()
+    print("\n".join(report.target_lines(targets)))
+    met = sum(t.met for t in targets)
+    print(
+        f"\n{met} of {len(targets)} targets met; wrote {args.out}/results.json and "
+        f"{args.out}/chunks.svg in {config['bench_seconds']} s"
+    )
+    return 0 if met == len(targets) else 2

@@ -1,0 +1,51 @@
+"""Optional: make the source device slow, like a volume restored from a snapshot.
+
+Uses the cgroup-v1 blkio throttle (this machine has no device-mapper for dm-delay): the bench
+moves itself into its own blkio cgroup for the timed part of each method, so every process it
+starts (dd, ddpt, sparsecopy, e2fsck, ...) is capped at the same read rate on the source device.
+Only the source is throttled; the scratch image and the target run at full speed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.system import BenchError
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+def _own_blkio_cgroup() -> Path:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "blkio" in controllers.split(","):
+            return BLKIO / path.lstrip("/")
+    raise BenchError(
+        "this process is in no blkio cgroup; cgroup-v1 blkio is needed for SOURCE_MBPS"
+    )
+
+
+@contextmanager
+def throttled_reads(device: str, bytes_per_second: int | None) -> Iterator[None]:
+    """While inside, reads of `device` by this process and its children are capped."""
+    if not bytes_per_second:
+        yield
+        return
+    if not (BLKIO / "blkio.throttle.read_bps_device").exists():
+        raise BenchError(f"{BLKIO} has no blkio.throttle files; cannot throttle the source")
+    home = _own_blkio_cgroup()
+    group = BLKIO / f"ebs-bench-{os.getpid()}"
+    group.mkdir(exist_ok=True)
+    rdev = os.stat(device).st_rdev
+    (group / "blkio.throttle.read_bps_device").write_text(
+        f"{os.major(rdev)}:{os.minor(rdev)} {bytes_per_second}\n"
+    )
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        (home / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        group.rmdir()
