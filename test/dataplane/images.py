@@ -26,12 +26,14 @@ import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 MIB = 1024 * 1024
 CHUNK = 512 * 1024  # EBS snapshot block size
@@ -284,6 +286,25 @@ def crash_after_writes(
     return written
 
 
+def snapshot_while_mounted(
+    mnt: Path, live: Path, dest: Path, seed: int, files: int = 3, file_size: int = 8 * MIB
+) -> dict[str, str]:
+    """Write and fsync files, then copy the image while the filesystem is still mounted.
+
+    This is exactly what an EBS snapshot of a running instance captures: the fsync'ed changes
+    are committed to the journal, but the block bitmaps and inode tables at their home
+    locations are still dirty in the kernel's cache. Returns the new files' hashes.
+    """
+    rng = random.Random(seed)
+    (mnt / "crash").mkdir(exist_ok=True)
+    written = {}
+    for i in range(1, files + 1):
+        name = f"crash/late{i:02d}.bin"
+        written[name] = _write_random(mnt / name, file_size, rng)
+    run("cp", "--sparse=always", str(live), str(dest))
+    return written
+
+
 def write_random_bytes(path: Path, offset: int, size: int, seed: int) -> None:
     """Overwrite ``size`` bytes at ``offset`` of an image file with random data."""
     rng = random.Random(seed)
@@ -413,13 +434,17 @@ def build_bare_ext4(
     path: Path, size: int = 128 * MIB, seed: int = 5, crash: bool = False
 ) -> DiskImage:
     """A volume that is one ext4 filesystem, no partition table; dirty, optionally crashed."""
-    create_sparse(path, size)
-    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "ext4")])
+    live = path.with_suffix(".live") if crash else path
+    create_sparse(live, size)
+    disk = DiskImage(live, size, "none", [Partition(1, 0, size, "ext4")])
     mkfs(disk, 1)
     with partition_mount(disk, 1) as mnt:
         disk.files[1] = fill_dirty(mnt, seed)
         if crash:
-            disk.files[1].update(crash_after_writes(mnt, seed + 100))
+            disk.files[1].update(snapshot_while_mounted(mnt, live, path, seed + 100))
+    if crash:
+        live.unlink()
+        disk.path = path
     return disk
 
 
@@ -459,6 +484,57 @@ def build_random_partition(path: Path, size: int = 64 * MIB, seed: int = 8) -> D
     second = disk.partition(2)
     write_random_bytes(path, second.start + 3 * MIB + 4096, 8192, seed + 1)  # a lone island
     return disk
+
+
+def build_bare_ext2_crashed(path: Path, size: int = 96 * MIB, seed: int = 9) -> DiskImage:
+    """ext2 (no journal) shut down while mounted: the state stays "not clean" and nothing can
+    be replayed, so a copier must not trust its bitmaps."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "ext4")])
+    with partition_loop(disk, 1) as device:
+        run("mkfs.ext2", "-q", "-F", device)
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed, files=4, file_size=4 * MIB, delete=(2,))
+        disk.files[1].update(crash_after_writes(mnt, seed + 100, files=2, file_size=4 * MIB))
+    return disk
+
+
+def ntfs_set_dirty(disk: DiskImage, number: int) -> None:
+    """Set the "volume is dirty" flag of an NTFS partition, as Windows leaves it after a crash.
+
+    No Linux tool sets it (ntfsfix only clears it), so this edits $Volume (MFT record 3) and its
+    copy in $MFTMirr in place: boot sector -> MFT -> VOLUME_INFORMATION (0x70) -> flags |= 1.
+    """
+    part = disk.partition(number)
+    with open(disk.path, "r+b") as f:
+        f.seek(part.start)
+        boot = f.read(512)
+        sector, per_cluster = struct.unpack_from("<HB", boot, 11)
+        mft_lcn, mirror_lcn = struct.unpack_from("<QQ", boot, 48)
+        per_record = struct.unpack_from("<b", boot, 64)[0]
+        cluster = sector * per_cluster
+        record_size = cluster * per_record if per_record > 0 else 1 << -per_record
+        for lcn in (mft_lcn, mirror_lcn):  # $MFTMirr must match, or ntfs-3g refuses to mount
+            _set_volume_dirty(f, part.start + lcn * cluster + 3 * record_size, record_size)
+
+
+def _set_volume_dirty(f: BinaryIO, record_at: int, record_size: int) -> None:
+    f.seek(record_at)
+    record = f.read(record_size)
+    assert record[:4] == b"FILE", "MFT record 3 not where expected"
+    pos = struct.unpack_from("<H", record, 20)[0]
+    while True:
+        kind, length = struct.unpack_from("<II", record, pos)
+        assert kind != 0xFFFFFFFF, "$Volume has no VOLUME_INFORMATION"
+        if kind == 0x70:
+            value = pos + struct.unpack_from("<H", record, pos + 20)[0]
+            flags_at = value + 10
+            assert flags_at % 512 < 510, "flags word sits under an update-sequence slot"
+            flags = struct.unpack_from("<H", record, flags_at)[0] | 0x0001
+            f.seek(record_at + flags_at)
+            f.write(struct.pack("<H", flags))
+            return
+        pos += length
 
 
 # ---------------------------------------------------------------- checking

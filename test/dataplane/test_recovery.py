@@ -1,0 +1,96 @@
+"""Crash-consistent sources: the on-disk free-space maps are wrong until the journal/log is
+replayed. These tests first prove the images really are in that state, then that the copy holds
+every file the filesystem shows after its own recovery."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import images
+import pytest
+from conftest import attached, blank_like, sparsecopy, working_copy
+
+pytestmark = pytest.mark.needs_root
+
+
+def _ext_free_blocks(path: Path, part: images.Partition) -> int:
+    """Free blocks according to the block bitmaps (dumpe2fs reads them, no replay)."""
+    with images.loop_device(path, part.start, part.size, read_only=True) as device:
+        out = images.run("dumpe2fs", device)
+    free = 0
+    for line in re.findall(r"^\s+Free blocks: (.*)$", out, re.M):
+        for item in filter(None, (i.strip() for i in line.split(","))):
+            lo, _, hi = item.partition("-")
+            free += int(hi or lo) - int(lo) + 1
+    return free
+
+
+def _xfs_free_blocks(path: Path, part: images.Partition) -> int:
+    with images.loop_device(path, part.start, part.size, read_only=True) as device:
+        out = images.run("xfs_db", "-r", "-c", "freesp -s", device)
+    return int(re.search(r"total free blocks (\d+)", out).group(1))  # type: ignore[union-attr]
+
+
+def _copy(source: images.DiskImage, tmp_path: Path) -> tuple[dict, images.DiskImage]:
+    work = working_copy(source, tmp_path / "work.img")
+    target = blank_like(work.path, tmp_path / "target.img")
+    with attached(work.path) as src, attached(target) as dst:
+        run = sparsecopy("copy", src, dst, "--verify")
+    assert run.returncode == 0, run.stderr
+    return run.summary, images.DiskImage(target, source.size, source.table, source.partitions)
+
+
+@pytest.mark.parametrize(
+    ("builder", "number", "free_blocks"),
+    [
+        (images.build_bare_ext4, 1, _ext_free_blocks),
+        (images.build_gpt_xfs, 3, _xfs_free_blocks),
+    ],
+    ids=["ext4", "xfs"],
+)
+def test_crashed_source_is_replayed_before_its_map_is_read(
+    tmp_path: Path, builder, number: int, free_blocks
+) -> None:
+    source = builder(tmp_path / "source.img", crash=True)
+    reference = images.recovered_copy(source, tmp_path / "reference.img")
+    part = source.partition(number)
+    # Precondition: before replay the map calls blocks free that hold the late files.
+    stale, replayed = free_blocks(source.path, part), free_blocks(reference.path, part)
+    assert stale > replayed, "the crash left no stale map: this test would prove nothing"
+
+    summary, target = _copy(source, tmp_path)
+    assert summary["partitions"][-1]["method"] == "allocated"
+    got = images.file_hashes(target, number)
+    assert got == images.file_hashes(reference, number)
+    late = {k: v for k, v in source.files[number].items() if k.startswith("crash/")}
+    assert late and all(got[k] == v for k, v in late.items())
+    images.fsck_clean(target, number)
+
+
+def test_unclean_ext2_is_copied_raw(tmp_path: Path) -> None:
+    """No journal to replay: the bitmaps cannot be trusted, every non-zero block is copied."""
+    source = images.build_bare_ext2_crashed(tmp_path / "source.img")
+    reference = images.recovered_copy(source, tmp_path / "reference.img")
+    summary, target = _copy(source, tmp_path)
+    (part,) = summary["partitions"]
+    assert part["method"] == "raw"
+    assert "not clean" in part["note"]
+    got = images.file_hashes(target, 1)
+    assert got == images.file_hashes(reference, 1)
+    assert all(got[k] == v for k, v in source.files[1].items())
+    assert images.same_bytes(source.path, target.path, 0, source.size)
+
+
+def test_dirty_ntfs_is_copied_raw_and_the_clean_one_by_map(tmp_path: Path) -> None:
+    source = images.build_mbr_ntfs(tmp_path / "source.img")
+    images.ntfs_set_dirty(source, 2)
+    summary, target = _copy(source, tmp_path)
+    first, second = summary["partitions"]
+    assert (first["method"], second["method"]) == ("allocated", "raw")
+    assert "dirty" in second["note"]
+    assert images.same_bytes(
+        source.path, target.path, source.partition(2).start, source.partition(2).size
+    )
+    for number in (1, 2):
+        assert images.file_hashes(target, number) == images.file_hashes(source, number)
