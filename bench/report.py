@@ -41,6 +41,7 @@ class Target:
     limit: float | None
     met: bool
     note: str = ""
+    unit: str = ""  # how to show measured and limit: "bytes", "chunks", "seconds", "problems"
 
 
 def _find(records: list[Record], method: str) -> Record | None:
@@ -59,10 +60,12 @@ def _why(records: list[Record], *methods: str) -> str:
     return ", ".join(reasons) or "no data"
 
 
-def _check(fs: str, goal: str, measured: float | None, limit: float | None, why: str) -> Target:
+def _check(
+    fs: str, goal: str, unit: str, measured: float | None, limit: float | None, why: str
+) -> Target:
     if measured is None or limit is None:
-        return Target(fs, goal, measured, limit, met=False, note=f"not measured: {why}")
-    return Target(fs, goal, measured, limit, met=measured <= limit)
+        return Target(fs, goal, measured, limit, False, f"not measured: {why}", unit)
+    return Target(fs, goal, measured, limit, measured <= limit, "", unit)
 
 
 def evaluate(records: list[Record]) -> list[Target]:
@@ -77,16 +80,25 @@ def evaluate(records: list[Record]) -> list[Target]:
         alone = _why(mine, ALLOCATED)
         faithful_goal = "copy is faithful (files, fsck, partition table)"
         if alloc.error:
-            faithful = Target(fs, faithful_goal, None, 0, met=False, note=f"not measured: {alone}")
+            faithful = Target(
+                fs, faithful_goal, None, 0, False, f"not measured: {alone}", "problems"
+            )
         else:
             faithful = Target(
-                fs, faithful_goal, len(alloc.problems), 0, alloc.verified, "; ".join(alloc.problems)
+                fs,
+                faithful_goal,
+                len(alloc.problems),
+                0,
+                alloc.verified,
+                "; ".join(alloc.problems),
+                "problems",
             )
         targets += [
             faithful,
             _check(
                 fs,
                 "source bytes read <= 1.1 x allocated bytes",
+                "bytes",
                 alloc.source_bytes_read if not alloc.error else None,
                 1.1 * base.allocated_bytes,
                 alone,
@@ -94,6 +106,7 @@ def evaluate(records: list[Record]) -> list[Target]:
             _check(
                 fs,
                 "target chunks <= trim method's (best of (1), (2))",
+                "chunks",
                 alloc.target_chunks,
                 min(seeds) if seeds else None,
                 _why(mine, ALLOCATED, SEED_512, SEED_1M),
@@ -101,6 +114,7 @@ def evaluate(records: list[Record]) -> list[Target]:
             _check(
                 fs,
                 "target chunks <= 1.02 x lower bound",
+                "chunks",
                 alloc.target_chunks,
                 1.02 * base.lower_bound_chunks,
                 alone,
@@ -108,6 +122,7 @@ def evaluate(records: list[Record]) -> list[Target]:
             _check(
                 fs,
                 "wall time <= 1/3 of (1)",
+                "seconds",
                 alloc.seconds,
                 seed512.seconds / 3 if seed512 and seed512.seconds else None,
                 _why(mine, ALLOCATED, SEED_512),
@@ -115,6 +130,7 @@ def evaluate(records: list[Record]) -> list[Target]:
             _check(
                 fs,
                 "wall time <= 2/3 of (2)",
+                "seconds",
                 alloc.seconds,
                 seed1m.seconds * 2 / 3 if seed1m and seed1m.seconds else None,
                 _why(mine, ALLOCATED, SEED_1M),
@@ -176,11 +192,19 @@ def markdown_table(table: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _show(value: float | None, unit: str) -> str:
+    if unit == "bytes":
+        return f"{_num(value, MIB, 1)} MiB"
+    if unit == "seconds":
+        return f"{_num(value, digits=2)} s"
+    return f"{_num(value)} {unit}".rstrip()
+
+
 def target_lines(targets: list[Target]) -> list[str]:
     lines = []
     for t in targets:
         status = "met   " if t.met else "MISSED"
-        detail = t.note or f"{_num(t.measured, digits=2)} vs limit {_num(t.limit, digits=2)}"
+        detail = t.note or f"{_show(t.measured, t.unit)} vs limit {_show(t.limit, t.unit)}"
         lines.append(f"{status} {t.filesystem:5} {t.goal}: {detail}")
     return lines
 

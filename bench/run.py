@@ -1,6 +1,7 @@
 """`make bench`: build each dirty disk, copy it with every method, measure, compare, draw.
 
-Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--jobs N] [--source-mbps N] [--out DIR]
+Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--jobs N] [--source-mbps N]
+                       [--source-iops N] [--out DIR]
 Exit status: 0 all targets met, 2 some target missed, 1 the bench itself failed.
 """
 
@@ -86,7 +87,8 @@ class Bench:
     def __init__(self, args: argparse.Namespace, res: Resources) -> None:
         self.size: int = args.size
         self.jobs: int | None = args.jobs
-        self.source_bps = args.source_mbps * MIB if args.source_mbps else None
+        self.source_bps: int = args.source_mbps * MIB
+        self.source_iops: int = args.source_iops
         self.out: Path = args.out
         self.work = args.out / "work"
         self.logs = args.out / "logs"
@@ -168,7 +170,7 @@ class Bench:
             before_source, before_target = IoCounters.of(source), IoCounters.of(target)
             start = time.monotonic()
             try:
-                with throttled_reads(source, self.source_bps):
+                with throttled_reads(source, self.source_bps, self.source_iops):
                     method.copy(job)
                     _fsync_device(target)
                 record.seconds = round(time.monotonic() - start, 2)
@@ -187,14 +189,16 @@ class Bench:
         return chunks
 
 
-def _git_commit(path: Path) -> str:
-    proc = subprocess.run(
-        ["git", "log", "-1", "--format=%h %cI", "--", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    )
-    return proc.stdout.strip() or "uncommitted"
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent)
+    return proc.stdout.strip()
+
+
+def _program_version(path: Path) -> str:
+    """Last commit of the program, and whether the measured files differ from it."""
+    commit = _git("log", "-1", "--format=%h %cI", "--", str(path)) or "never committed"
+    changed = _git("status", "--porcelain", "--", str(path))
+    return f"{commit} + uncommitted changes" if changed else commit
 
 
 def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -226,6 +230,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="cap reads of the source device at N MiB/s (default: no cap)",
+    )
+    parser.add_argument(
+        "--source-iops",
+        type=int,
+        default=0,
+        help="cap read requests to the source device at N per second (default: no cap)",
     )
     parser.add_argument("--out", type=Path, default=Path("out/bench"))
     return parser.parse_args(argv)
@@ -271,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         "filesystems": args.fs,
         "jobs": args.jobs,
         "source_mbps": args.source_mbps or None,
-        "program": _git_commit(PROGRAM),
+        "source_iops": args.source_iops or None,
+        "program": _program_version(PROGRAM),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),

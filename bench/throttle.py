@@ -2,8 +2,9 @@
 
 Uses the cgroup-v1 blkio throttle (this machine has no device-mapper for dm-delay): the bench
 moves itself into its own blkio cgroup for the timed part of each method, so every process it
-starts (dd, ddpt, sparsecopy, e2fsck, ...) is capped at the same read rate on the source device.
-Only the source is throttled; the scratch image and the target run at full speed.
+starts (dd, ddpt, sparsecopy, e2fsck, ...) is capped at the same read rate (bytes/s and
+requests/s) on the source device. Only the source is throttled; the scratch image and the
+target run at full speed. It caps throughput; it does not add per-request latency.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ def _own_blkio_cgroup() -> Path:
         if "blkio" in controllers.split(","):
             return BLKIO / path.lstrip("/")
     raise BenchError(
-        "this process is in no blkio cgroup; cgroup-v1 blkio is needed for SOURCE_MBPS"
+        "this process is in no blkio cgroup; cgroup-v1 blkio is needed for SOURCE_MBPS/SOURCE_IOPS"
     )
 
 
 @contextmanager
-def throttled_reads(device: str, bytes_per_second: int | None) -> Iterator[None]:
-    """While inside, reads of `device` by this process and its children are capped."""
-    if not bytes_per_second:
+def throttled_reads(device: str, bytes_per_second: int, iops: int) -> Iterator[None]:
+    """While inside, reads of `device` by this process and its children are capped (0 = no cap)."""
+    if not bytes_per_second and not iops:
         yield
         return
     if not (BLKIO / "blkio.throttle.read_bps_device").exists():
@@ -40,9 +41,11 @@ def throttled_reads(device: str, bytes_per_second: int | None) -> Iterator[None]
     group = BLKIO / f"ebs-bench-{os.getpid()}"
     group.mkdir(exist_ok=True)
     rdev = os.stat(device).st_rdev
-    (group / "blkio.throttle.read_bps_device").write_text(
-        f"{os.major(rdev)}:{os.minor(rdev)} {bytes_per_second}\n"
-    )
+    for limit, name in ((bytes_per_second, "read_bps_device"), (iops, "read_iops_device")):
+        if limit:
+            (group / f"blkio.throttle.{name}").write_text(
+                f"{os.major(rdev)}:{os.minor(rdev)} {limit}\n"
+            )
     (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
     try:
         yield
