@@ -33,13 +33,20 @@ def _panel(x: int, y: int, title: str, colour: str, fractions: list[float]) -> l
         f'<rect x="{x}" y="{y}" width="{COLUMNS * CELL}" height="{rows * CELL}" '
         'fill="#f1f3f5" stroke="#adb5bd" stroke-width="0.5"/>'
     )
-    for i, fraction in enumerate(fractions):
-        if fraction > 0:
-            cx, cy = x + (i % COLUMNS) * CELL, y + (i // COLUMNS) * CELL
-            parts.append(
-                f'<rect x="{cx}" y="{cy}" width="{CELL}" height="{CELL}" fill="{colour}" '
-                f'fill-opacity="{max(fraction, 0.15):.2f}"/>'
-            )
+    # One rect per run of equally shaded cells in a row keeps the file small.
+    for row in range(rows):
+        cells = fractions[row * COLUMNS : (row + 1) * COLUMNS]
+        col = 0
+        while col < len(cells):
+            end = col
+            while end < len(cells) and cells[end] == cells[col]:
+                end += 1
+            if cells[col] > 0:
+                parts.append(
+                    f'<rect x="{x + col * CELL}" y="{y + row * CELL}" width="{(end - col) * CELL}" '
+                    f'height="{CELL}" fill="{colour}" fill-opacity="{max(cells[col], 0.15):.2f}"/>'
+                )
+            col = end
     return parts
 
 

@@ -128,7 +128,7 @@ class Bench:
                 chunks = self.copy(method, source, disk.layout, target_image, record)
                 if chunks is not None:
                     panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
-                    record.problems = check_target(disk, target_image, self.mount_dir, self.res)
+                    record.problems += check_target(disk, target_image, self.mount_dir, self.res)
                     record.verified = not record.problems
                 target_image.unlink(missing_ok=True)
                 if record.error is None:
@@ -178,7 +178,12 @@ class Bench:
                 record.error = str(err)
                 print(f"   {method.label} FAILED: {err}", flush=True)
             record.source_bytes_read = IoCounters.of(source).bytes_since(before_source)[0]
-            record.target_bytes_written = IoCounters.of(target).bytes_since(before_target)[1]
+            _, written, discarded = IoCounters.of(target).bytes_since(before_target)
+            record.target_bytes_written = written
+            if discarded:
+                # A discard punches holes in the backing file, so chunks written and then
+                # discarded would not be counted here although EBS would keep them.
+                record.problems.append(f"discarded {discarded} bytes on the target")
             flush_buffers(target)
         finally:
             self.res.detach(target)

@@ -45,21 +45,23 @@ def flush_buffers(device: str) -> None:
 
 @dataclass(frozen=True)
 class IoCounters:
-    """Sectors read and written by a block device, from /sys/block/<dev>/stat (512-byte units)."""
+    """Sectors read, written and discarded by a block device, from /sys/block/<dev>/stat."""
 
     sectors_read: int
     sectors_written: int
+    sectors_discarded: int = 0
 
     @classmethod
     def of(cls, device: str) -> IoCounters:
         fields = Path(f"/sys/block/{Path(device).name}/stat").read_text().split()
-        return cls(sectors_read=int(fields[2]), sectors_written=int(fields[6]))
+        return cls(int(fields[2]), int(fields[6]), int(fields[13]) if len(fields) > 13 else 0)
 
-    def bytes_since(self, earlier: IoCounters) -> tuple[int, int]:
-        """(bytes read, bytes written) between `earlier` and this reading."""
+    def bytes_since(self, earlier: IoCounters) -> tuple[int, int, int]:
+        """(bytes read, written, discarded) between `earlier` and this reading (512-byte units)."""
         return (
             (self.sectors_read - earlier.sectors_read) * 512,
             (self.sectors_written - earlier.sectors_written) * 512,
+            (self.sectors_discarded - earlier.sectors_discarded) * 512,
         )
 
 

@@ -16,11 +16,13 @@ def test_large_volumes_shade_cells_by_the_share_of_written_chunks() -> None:
     assert fractions[0] == 0.75 and sum(fractions) == 0.75
 
 
-def test_render_draws_one_rect_per_written_cell_and_names_panels() -> None:
-    svg = render([("ext4", [("source", "source", {1, 2}), ("target (3)", "target", {2})])], 16, "c")
+def test_render_draws_one_rect_per_run_of_written_cells_and_names_panels() -> None:
+    panels = [("source", "source", {1, 2, 5}), ("target (3)", "target", {2})]
+    svg = render([("ext4", panels)], 16, "c")
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
-    assert svg.count('fill-opacity="1.00"') == 3
-    assert "source: 2" in svg and "target (3): 1" in svg
+    assert svg.count('fill-opacity="1.00"') == 3  # runs 1-2 and 5 in the source, 2 in the target
+    assert 'width="8" height="4" fill="#d9480f"' in svg  # the run of two cells
+    assert "source: 3" in svg and "target (3): 1" in svg
 
 
 def test_size_accepts_binary_suffixes_and_refuses_tiny_or_odd_sizes() -> None:

@@ -18,8 +18,8 @@ def test_resources_refuse_to_detach_a_device_they_did_not_attach() -> None:
 
 
 def test_io_counter_deltas_are_in_bytes() -> None:
-    before, after = IoCounters(10, 100), IoCounters(14, 108)
-    assert after.bytes_since(before) == (4 * 512, 8 * 512)
+    before, after = IoCounters(10, 100, 0), IoCounters(14, 108, 2)
+    assert after.bytes_since(before) == (4 * 512, 8 * 512, 2 * 512)
 
 
 def test_no_limits_means_no_cgroup() -> None:
