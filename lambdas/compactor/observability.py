@@ -3,15 +3,21 @@ them. Tracing is off outside Lambda (and with POWERTOOLS_TRACE_DISABLED=true).""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger()
-tracer = Tracer()
-metrics = Metrics()
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "ebs-snapshot-compactor"
+# Without a namespace every metric flush raises, which would fail the task after its work is
+# done; so there is a default when the stack does not set POWERTOOLS_METRICS_NAMESPACE.
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "EbsSnapshotCompactor"
+
+logger = Logger(service=SERVICE)
+tracer = Tracer(service=SERVICE)
+metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 Event = dict[str, Any]
 Result = TypeVar("Result")

@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from compactor import aws
-from tests.support import FakeLambdaContext
+from tests.support import FakeLambdaContext, respond
 
 REGION = "us-east-1"
 STACK = "compactor-test"
@@ -100,6 +100,8 @@ def _lambda_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "compactor-test")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "CompactorTest")
     monkeypatch.setenv("LOG_LEVEL", "WARNING")
+    # moto's catalogue of public AMIs takes seconds to load per test and is not needed
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     aws.reset_clients()
     yield
     aws.reset_clients()
@@ -117,7 +119,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             ]["SubnetId"]
             for n, az in enumerate(azs)
         ]
-        base_image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        base_image_id = ec2.register_image(Name="al2023-stand-in")["ImageId"]
         launch_template_id = ec2.create_launch_template(
             LaunchTemplateName=f"{STACK}-transfer",
             LaunchTemplateData={"ImageId": base_image_id},
@@ -154,3 +156,79 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             base_image_id=base_image_id,
             ec2=ec2,
         )
+
+
+SOURCE_IMAGE_ID = "ami-0a1b2c3d4e5f60718"
+UEFI_DATA = "QU1aTlVFRkkAAAAAAAAAAAAAAAA="
+
+
+def source_image(world: World, volume_count: int = 2, **overrides: Any) -> dict[str, Any]:
+    """A source AMI as DescribeImages describes it, on real (moto) snapshots, with every attribute
+    RegisterImage takes, an ephemeral and a suppressed mapping, and tags to filter. moto cannot
+    register such an AMI, so serve_image() answers DescribeImages for it."""
+    mappings: list[dict[str, Any]] = []
+    for index in range(volume_count):
+        mappings.append(
+            {
+                "DeviceName": "/dev/xvda" if index == 0 else f"/dev/xvd{chr(ord('b') + index - 1)}",
+                "Ebs": {
+                    "SnapshotId": world.snapshot(size=8 + index, description=f"vol {index}"),
+                    "VolumeSize": 8 + index,
+                    "VolumeType": "gp3" if index == 0 else "gp2",
+                    "DeleteOnTermination": index == 0,
+                    "Encrypted": False,
+                    **({"Iops": 4000, "Throughput": 250} if index == 0 else {}),
+                },
+            }
+        )
+    mappings.append({"DeviceName": "/dev/sdx", "VirtualName": "ephemeral0"})
+    mappings.append({"DeviceName": "/dev/sdy", "NoDevice": ""})
+    image: dict[str, Any] = {
+        "ImageId": SOURCE_IMAGE_ID,
+        "Name": "app-server-2026.11",
+        "Description": "app server, hardened",
+        "State": "available",
+        "OwnerId": "123456789012",
+        "Public": False,
+        "ImageType": "machine",
+        "Architecture": "arm64",
+        "RootDeviceName": "/dev/xvda",
+        "RootDeviceType": "ebs",
+        "VirtualizationType": "hvm",
+        "Hypervisor": "xen",
+        "BootMode": "uefi",
+        "EnaSupport": True,
+        "SriovNetSupport": "simple",
+        "TpmSupport": "v2.0",
+        "ImdsSupport": "v2.0",
+        "PlatformDetails": "Linux/UNIX",
+        "UsageOperation": "RunInstances",
+        "BlockDeviceMappings": mappings,
+        "Tags": [
+            {"Key": "team", "Value": "web"},
+            {"Key": "aws:cloudformation:stack-name", "Value": "images"},
+            {"Key": TRIGGER_TAG, "Value": "yes"},
+        ],
+    }
+    image.update(overrides)
+    return image
+
+
+def serve_image(image: dict[str, Any], uefi_data: str | None = UEFI_DATA) -> None:
+    """Answer DescribeImages(ImageIds=[the image]) and DescribeImageAttribute(uefiData) for it;
+    every other call goes to moto."""
+    ec2 = aws.ec2()
+    respond(
+        ec2,
+        "DescribeImages",
+        lambda params: {"Images": [image]} if params.get("ImageIds") == [image["ImageId"]] else None,
+    )
+    respond(
+        ec2,
+        "DescribeImageAttribute",
+        lambda params: {
+            "ImageId": params["ImageId"],
+            "UefiData": {"Value": uefi_data} if uefi_data else {},
+        },
+    )
+

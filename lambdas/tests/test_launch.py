@@ -1,0 +1,243 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compactor import aws, errors
+from compactor.handlers import launch, prepare
+from tests.conftest import EXECUTION, STACK, World
+from tests.support import capture, client_error, on_params
+
+
+def plan_for(world: World, **execution_input: Any) -> dict[str, Any]:
+    execution_input.setdefault("snapshotId", world.snapshot(size=30))
+    return prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
+
+
+def run(world: World, plan: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
+    return launch.handler({"plan": plan, "launchAttempt": attempt}, world.context)
+
+
+def fail_pools(failures: dict[tuple[str, str, str], str]) -> list[tuple[str, str, str]]:
+    """Make RunInstances fail with the given error code in the given (market, type, subnet)
+    pools; returns every pool RunInstances was called for."""
+    calls: list[tuple[str, str, str]] = []
+
+    def maybe_fail(params: dict[str, Any]) -> None:
+        market = "spot" if "InstanceMarketOptions" in params else "on-demand"
+        pool = (market, params["InstanceType"], params["SubnetId"])
+        calls.append(pool)
+        if pool in failures:
+            raise client_error("RunInstances", failures[pool], f"no capacity for {pool}")
+
+    on_params(aws.ec2(), "RunInstances", maybe_fail)
+    return calls
+
+
+def test_spot_launch_in_the_first_pool(world: World) -> None:
+    plan = plan_for(world)
+    calls = capture(aws.ec2(), "RunInstances")
+    result = run(world, plan)
+    assert result == {
+        "instanceId": result["instanceId"],
+        "availabilityZone": "us-east-1a",
+        "subnetId": world.subnets[0],
+        "instanceType": "m7i.large",
+        "market": "spot",
+        "volumeInitializationRate": 200,
+        "failedPools": [],
+    }
+    (request,) = calls
+    snapshot_id = plan["volumes"][0]["sourceSnapshotId"]
+    assert request["LaunchTemplate"] == {
+        "LaunchTemplateId": world.launch_template_id,
+        "Version": "$Latest",
+    }
+    assert request["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert request["BlockDeviceMappings"] == [
+        {
+            "DeviceName": "/dev/sdf",
+            "Ebs": {
+                "SnapshotId": snapshot_id,
+                "VolumeType": "gp3",
+                "Iops": 6000,
+                "Throughput": 500,
+                "DeleteOnTermination": True,
+                "VolumeInitializationRate": 200,
+            },
+        },
+        {
+            "DeviceName": "/dev/sdp",
+            "Ebs": {
+                "VolumeSize": 30,
+                "VolumeType": "gp3",
+                "Iops": 6000,
+                "Throughput": 500,
+                "DeleteOnTermination": True,
+            },
+        },
+    ]
+    owned = [
+        {"Key": "ebs-snapshot-compactor:stack", "Value": STACK},
+        {"Key": "ebs-snapshot-compactor:execution", "Value": EXECUTION},
+        {"Key": "ebs-snapshot-compactor:role", "Value": "transfer-instance"},
+    ]
+    assert request["TagSpecifications"] == [
+        {"ResourceType": "instance", "Tags": owned},
+        {"ResourceType": "volume", "Tags": owned},
+    ]
+    assert len(request["ClientToken"]) <= 64
+    instance = world.ec2.describe_instances(InstanceIds=[result["instanceId"]])["Reservations"][0][
+        "Instances"
+    ][0]
+    assert instance["InstanceLifecycle"] == "spot"
+    volumes = world.ec2.describe_volumes(
+        Filters=[{"Name": "attachment.instance-id", "Values": [result["instanceId"]]}]
+    )["Volumes"]
+    assert {v["AvailabilityZone"] for v in volumes} == {"us-east-1a"}
+
+
+def test_target_is_encrypted_like_the_plan_says(world: World) -> None:
+    plan = plan_for(world, kmsKeyId=world.kms_key_arn)
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    target = calls[0]["BlockDeviceMappings"][1]["Ebs"]
+    assert (target["Encrypted"], target["KmsKeyId"]) == (True, world.kms_key_arn)
+    assert "Encrypted" not in calls[0]["BlockDeviceMappings"][0]["Ebs"]
+
+
+def test_multi_volume_plan_attaches_pairs_in_order(world: World) -> None:
+    plan = plan_for(world)
+    second = dict(plan["volumes"][0], index=1, sourceSnapshotId=world.snapshot(size=5), sizeGiB=5)
+    plan["volumes"].append(second)
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    assert [m["DeviceName"] for m in calls[0]["BlockDeviceMappings"]] == [
+        "/dev/sdf",
+        "/dev/sdp",
+        "/dev/sdg",
+        "/dev/sdq",
+    ]
+
+
+def test_capacity_error_moves_to_the_next_pool(world: World) -> None:
+    plan = plan_for(world)
+    first = ("spot", "m7i.large", world.subnets[0])
+    calls = fail_pools({first: "InsufficientInstanceCapacity"})
+    result = run(world, plan)
+    assert calls == [first, ("spot", "m7i.large", world.subnets[1])]
+    assert (result["market"], result["subnetId"], result["availabilityZone"]) == (
+        "spot",
+        world.subnets[1],
+        "us-east-1b",
+    )
+    assert result["failedPools"] == [
+        {
+            "instanceType": "m7i.large",
+            "subnetId": world.subnets[0],
+            "market": "spot",
+            "error": f"InsufficientInstanceCapacity: no capacity for {first}",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "UnfulfillableCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "Unsupported",
+    ],
+)
+def test_every_capacity_error_is_recognised(world: World, code: str) -> None:
+    plan = plan_for(world)
+    fail_pools({("spot", "m7i.large", world.subnets[0]): code})
+    assert run(world, plan)["failedPools"][0]["error"].startswith(code)
+
+
+def test_on_demand_after_every_spot_pool_failed(world: World) -> None:
+    plan = plan_for(world)
+    spot = [("spot", t, s) for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    calls = fail_pools(dict.fromkeys(spot, "InsufficientInstanceCapacity"))
+    result = run(world, plan)
+    assert calls == [*spot, ("on-demand", "m7i.large", world.subnets[0])]
+    assert result["market"] == "on-demand"
+    assert len(result["failedPools"]) == 4
+    instance = world.ec2.describe_instances(InstanceIds=[result["instanceId"]])["Reservations"][0][
+        "Instances"
+    ][0]
+    assert "InstanceLifecycle" not in instance
+
+
+def test_no_spot_capacity_when_on_demand_is_not_allowed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALLOW_ON_DEMAND", "false")
+    plan = plan_for(world)
+    spot = [("spot", t, s) for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    calls = fail_pools(dict.fromkeys(spot, "InsufficientInstanceCapacity"))
+    before = world.inventory()
+    with pytest.raises(errors.NoSpotCapacity) as caught:
+        run(world, plan)
+    assert calls == spot
+    for _, instance_type, subnet in spot:
+        assert f"spot {instance_type} in {subnet}" in str(caught.value)
+    assert "allowOnDemand" in str(caught.value)
+    assert world.inventory() == before
+
+
+def test_no_capacity_at_all(world: World) -> None:
+    plan = plan_for(world)
+    pools = [(m, t, s) for m in ("spot", "on-demand") for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    fail_pools(dict.fromkeys(pools, "InsufficientInstanceCapacity"))
+    with pytest.raises(errors.NoCapacity, match="no Spot or On-Demand capacity"):
+        run(world, plan)
+
+
+def test_other_errors_are_not_capacity_errors(world: World) -> None:
+    plan = plan_for(world)
+    fail_pools({("spot", "m7i.large", world.subnets[0]): "UnauthorizedOperation"})
+    with pytest.raises(Exception, match="UnauthorizedOperation"):
+        run(world, plan)
+
+
+def test_initialization_rate_without_capacity_falls_back_to_the_default_rate(world: World) -> None:
+    plan = plan_for(world)
+    calls: list[dict[str, Any]] = []
+
+    def no_rate_capacity(params: dict[str, Any]) -> None:
+        calls.append(params)
+        if "VolumeInitializationRate" in params["BlockDeviceMappings"][0]["Ebs"]:
+            raise client_error(
+                "RunInstances",
+                "InsufficientCapacity",
+                "There is not enough capacity for the requested volume initialization rate.",
+            )
+
+    on_params(aws.ec2(), "RunInstances", no_rate_capacity)
+    result = run(world, plan)
+    assert len(calls) == 2
+    assert calls[1]["SubnetId"] == calls[0]["SubnetId"] == world.subnets[0]
+    assert result["volumeInitializationRate"] is None
+    assert result["failedPools"] == []
+    assert calls[0]["ClientToken"] != calls[1]["ClientToken"]
+
+
+def test_rate_off_sends_no_rate(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOLUME_INITIALIZATION_RATE", "0")
+    plan = plan_for(world)
+    calls = capture(aws.ec2(), "RunInstances")
+    assert run(world, plan)["volumeInitializationRate"] is None
+    assert "VolumeInitializationRate" not in calls[0]["BlockDeviceMappings"][0]["Ebs"]
+
+
+def test_relaunch_starts_in_the_next_subnet(world: World) -> None:
+    plan = plan_for(world)
+    calls = capture(aws.ec2(), "RunInstances")
+    result = run(world, plan, attempt=2)
+    assert calls[0]["SubnetId"] == result["subnetId"] == world.subnets[1]
+    assert calls[0]["InstanceType"] == "m7i.large"

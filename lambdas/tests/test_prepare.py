@@ -1,0 +1,322 @@
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from compactor import aws, errors
+from compactor.handlers import prepare
+from tests.conftest import EXECUTION, REGION, SOURCE_IMAGE_ID, UEFI_DATA, World, serve_image, source_image
+from tests.support import amend, error_response, respond
+
+
+def run(world: World, execution_input: Any) -> dict[str, Any]:
+    return prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
+
+
+def test_snapshot_plan(world: World) -> None:
+    snapshot_id = world.snapshot(size=20, tags={"team": "db"})
+    plan = run(world, {"snapshotId": snapshot_id, "jobs": 8, "tags": {"env": "prod"}})
+    assert plan == {
+        "executionName": EXECUTION,
+        "source": {"kind": "snapshot", "snapshotId": snapshot_id},
+        "volumes": [
+            {
+                "index": 0,
+                "sourceSnapshotId": snapshot_id,
+                "deviceName": None,
+                "sizeGiB": 20,
+                "encrypted": False,
+                "kmsKeyId": None,
+                "sourceFullSizeBytes": None,
+            }
+        ],
+        "image": None,
+        "method": "allocated",
+        "jobs": 8,
+        "verify": True,
+        "fastSnapshotRestoreAzs": [],
+        "kmsKeyId": None,
+        "imageName": None,
+        "tags": {"env": "prod"},
+    }
+
+
+def test_snapshot_arn_of_this_region_is_accepted(world: World) -> None:
+    snapshot_id = world.snapshot()
+    arn = f"arn:aws:ec2:{REGION}::snapshot/{snapshot_id}"
+    plan = run(world, {"snapshotId": arn, "method": "trim", "verify": False})
+    assert plan["source"] == {"kind": "snapshot", "snapshotId": snapshot_id}
+    assert (plan["method"], plan["verify"]) == ("trim", False)
+
+
+def test_full_snapshot_size_is_recorded(world: World) -> None:
+    snapshot_id = world.snapshot()
+
+    def with_size(parsed: dict[str, Any]) -> None:
+        for snapshot in parsed["Snapshots"]:
+            snapshot["FullSnapshotSizeInBytes"] = 123_456_789
+
+    amend(aws.ec2(), "DescribeSnapshots", with_size)
+    assert run(world, {"snapshotId": snapshot_id})["volumes"][0]["sourceFullSizeBytes"] == 123_456_789
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "complaint"),
+    [
+        (["snap-0123456789abcdef0"], "must be a JSON object"),
+        ({"snapshotID": "snap-0123456789abcdef0"}, "unknown input key\\(s\\) snapshotID"),
+        ({}, "neither was given"),
+        ({"snapshotId": "snap-0123456789abcdef0", "imageId": "ami-0123456789abcdef0"}, "both were"),
+        ({"snapshotId": "vol-0123456789abcdef0"}, "neither a snapshot id"),
+        ({"imageId": "snap-0123456789abcdef0"}, "is not an AMI id"),
+        ({"snapshotId": "SNAP", "jobs": 0}, "neither a snapshot id"),
+        ({"snapshotId": "snap-0123456789abcdef0", "jobs": 0}, "jobs 0 is invalid"),
+        ({"snapshotId": "snap-0123456789abcdef0", "jobs": 65}, "jobs 65 is invalid"),
+        ({"snapshotId": "snap-0123456789abcdef0", "jobs": True}, "jobs True is invalid"),
+        ({"snapshotId": "snap-0123456789abcdef0", "jobs": "16"}, "jobs '16' is invalid"),
+        ({"snapshotId": "snap-0123456789abcdef0", "method": "dd"}, "method 'dd' is invalid"),
+        ({"snapshotId": "snap-0123456789abcdef0", "verify": "yes"}, "verify 'yes' is invalid"),
+        (
+            {"snapshotId": "snap-0123456789abcdef0", "fastSnapshotRestoreAzs": ["use1-az1"]},
+            "not an Availability Zone name",
+        ),
+        (
+            {"snapshotId": "snap-0123456789abcdef0", "fastSnapshotRestoreAzs": ["us-west-2a"]},
+            "us-west-2a is not an Availability Zone of us-east-1",
+        ),
+        (
+            {"snapshotId": "snap-0123456789abcdef0", "fastSnapshotRestoreAzs": "us-east-1a"},
+            "use a list",
+        ),
+        ({"snapshotId": "snap-0123456789abcdef0", "kmsKeyId": "my key"}, "kmsKeyId 'my key'"),
+        ({"snapshotId": "snap-0123456789abcdef0", "tags": {"aws:x": "1"}}, "reserved"),
+        ({"snapshotId": "snap-0123456789abcdef0", "tags": {"compact": "1"}}, "trigger tag"),
+        ({"snapshotId": "snap-0123456789abcdef0", "tags": {"a": 1}}, "string keys and values"),
+        ({"snapshotId": "snap-0123456789abcdef0", "imageName": "x-compact"}, "AMI input only"),
+        ({"imageId": "ami-0123456789abcdef0", "imageName": "a|b"}, "imageName 'a\\|b' is invalid"),
+    ],
+)
+def test_invalid_input_is_refused_and_creates_nothing(
+    world: World, execution_input: Any, complaint: str
+) -> None:
+    before = world.inventory()
+    with pytest.raises(errors.InvalidInput, match=complaint):
+        run(world, execution_input)
+    assert world.inventory() == before
+
+
+def test_snapshot_in_another_region(world: World) -> None:
+    arn = "arn:aws:ec2:eu-west-1:123456789012:snapshot/snap-0123456789abcdef0"
+    with pytest.raises(errors.SnapshotInOtherRegion, match="is in eu-west-1.*copy the snapshot"):
+        run(world, {"snapshotId": arn})
+
+
+def test_snapshot_not_found(world: World) -> None:
+    with pytest.raises(errors.SnapshotNotFound) as caught:
+        run(world, {"snapshotId": "snap-0123456789abcdef0"})
+    assert (
+        "snap-0123456789abcdef0 not found in us-east-1: check the id, or copy it to this Region"
+        in str(caught.value)
+    )
+
+
+def test_snapshot_not_completed(world: World) -> None:
+    snapshot_id = world.snapshot()
+
+    def pending(parsed: dict[str, Any]) -> None:
+        for snapshot in parsed["Snapshots"]:
+            snapshot["State"] = "pending"
+
+    amend(aws.ec2(), "DescribeSnapshots", pending)
+    with pytest.raises(errors.SnapshotNotCompleted, match="is pending, not completed: wait"):
+        run(world, {"snapshotId": snapshot_id})
+
+
+def test_volume_too_large(world: World) -> None:
+    snapshot_id = world.snapshot(size=1025)
+    with pytest.raises(errors.VolumeTooLarge, match="1025 GiB.*MAX_VOLUME_GIB=1024"):
+        run(world, {"snapshotId": snapshot_id})
+
+
+def test_input_key_encrypts_an_unencrypted_source(world: World) -> None:
+    key_id = world.kms_key_arn.rsplit("/", 1)[1]
+    plan = run(world, {"snapshotId": world.snapshot(), "kmsKeyId": key_id})
+    assert plan["kmsKeyId"] == world.kms_key_arn
+    assert (plan["volumes"][0]["encrypted"], plan["volumes"][0]["kmsKeyId"]) == (
+        True,
+        world.kms_key_arn,
+    )
+
+
+def test_encrypted_source_keeps_its_key(world: World) -> None:
+    snapshot_id = world.snapshot(encrypted=True)
+
+    # moto leaves KmsKeyId out of snapshots; EC2 gives it for every encrypted one
+    def with_key(parsed: dict[str, Any]) -> None:
+        for snapshot in parsed["Snapshots"]:
+            snapshot["KmsKeyId"] = world.kms_key_arn
+
+    amend(aws.ec2(), "DescribeSnapshots", with_key)
+    volume = run(world, {"snapshotId": snapshot_id})["volumes"][0]
+    assert (volume["encrypted"], volume["kmsKeyId"]) == (True, world.kms_key_arn)
+
+
+def test_kms_key_that_does_not_exist(world: World) -> None:
+    with pytest.raises(errors.KmsKeyNotUsable, match="does not exist"):
+        run(
+            world,
+            {"snapshotId": world.snapshot(), "kmsKeyId": "00000000-1111-2222-3333-444444444444"},
+        )
+
+
+def test_kms_key_disabled(world: World) -> None:
+    # moto's DisableKey takes the key id only
+    boto3.client("kms", region_name=REGION).disable_key(KeyId=world.kms_key_arn.rsplit("/", 1)[1])
+    with pytest.raises(errors.KmsKeyNotUsable, match="Disabled, not Enabled"):
+        run(world, {"snapshotId": world.snapshot(), "kmsKeyId": world.kms_key_arn})
+
+
+def test_kms_key_access_denied(world: World) -> None:
+    respond(aws.kms(), "DescribeKey", lambda _: error_response("AccessDeniedException", "no"))
+    with pytest.raises(errors.KmsKeyNotUsable, match="not usable by the stack.*kmsKeyArns"):
+        run(world, {"snapshotId": world.snapshot(), "kmsKeyId": world.kms_key_arn})
+
+
+def test_key_of_an_encrypted_source_must_be_usable(world: World) -> None:
+    snapshot_id = world.snapshot(encrypted=True)
+    amend(
+        aws.ec2(),
+        "DescribeSnapshots",
+        lambda parsed: [s.update(KmsKeyId=world.kms_key_arn) for s in parsed["Snapshots"]],
+    )
+    respond(aws.kms(), "DescribeKey", lambda _: error_response("AccessDeniedException", "no"))
+    with pytest.raises(errors.KmsKeyNotUsable, match=f"key of snapshot {snapshot_id}"):
+        run(world, {"snapshotId": snapshot_id})
+
+
+def active_restores(count: int) -> None:
+    respond(
+        aws.ec2(),
+        "DescribeFastSnapshotRestores",
+        lambda _: {
+            "FastSnapshotRestores": [
+                {"SnapshotId": f"snap-00000000000000{n:03d}", "AvailabilityZone": az, "State": "enabled"}
+                for n in range(count)
+                for az in ("us-east-1a", "us-east-1b")
+            ]
+        },
+    )
+
+
+def test_fast_snapshot_restore_within_the_limit(world: World) -> None:
+    active_restores(4)
+    plan = run(world, {"snapshotId": world.snapshot(), "fastSnapshotRestoreAzs": ["us-east-1b"]})
+    assert plan["fastSnapshotRestoreAzs"] == ["us-east-1b"]
+
+
+def test_fast_snapshot_restore_over_the_limit(world: World) -> None:
+    active_restores(4)
+    image = source_image(world, volume_count=2)
+    serve_image(image)
+    with pytest.raises(
+        errors.FastSnapshotRestoreLimitExceeded, match="2 new snapshot\\(s\\).*limit of 5.*4 already"
+    ):
+        run(world, {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"]})
+
+
+def test_image_plan_captures_every_attribute(world: World) -> None:
+    image = source_image(world, volume_count=2)
+    serve_image(image)
+    plan = run(world, {"imageId": SOURCE_IMAGE_ID})
+    first, second = (m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"][:2])
+    assert plan["source"] == {"kind": "image", "imageId": SOURCE_IMAGE_ID}
+    assert plan["imageName"] == f"app-server-2026.11-compact-{EXECUTION}"
+    assert [(v["index"], v["sourceSnapshotId"], v["deviceName"], v["sizeGiB"]) for v in plan["volumes"]] == [
+        (0, first, "/dev/xvda", 8),
+        (1, second, "/dev/xvdb", 9),
+    ]
+    assert plan["image"] == {
+        "imageId": SOURCE_IMAGE_ID,
+        "name": "app-server-2026.11",
+        "description": "app server, hardened",
+        "architecture": "arm64",
+        "rootDeviceName": "/dev/xvda",
+        "virtualizationType": "hvm",
+        "bootMode": "uefi",
+        "enaSupport": True,
+        "sriovNetSupport": "simple",
+        "tpmSupport": "v2.0",
+        "uefiData": UEFI_DATA,
+        "imdsSupport": "v2.0",
+        "kernelId": None,
+        "ramdiskId": None,
+        "blockDeviceMappings": [
+            {
+                "deviceName": "/dev/xvda",
+                "ebs": {
+                    "snapshotId": first,
+                    "volumeSize": 8,
+                    "volumeType": "gp3",
+                    "iops": 4000,
+                    "throughput": 250,
+                    "deleteOnTermination": True,
+                    "encrypted": False,
+                },
+            },
+            {
+                "deviceName": "/dev/xvdb",
+                "ebs": {
+                    "snapshotId": second,
+                    "volumeSize": 9,
+                    "volumeType": "gp2",
+                    "deleteOnTermination": False,
+                    "encrypted": False,
+                },
+            },
+            {"deviceName": "/dev/sdx", "virtualName": "ephemeral0"},
+            {"deviceName": "/dev/sdy", "noDevice": ""},
+        ],
+        "tags": {"team": "web"},
+        "platformDetails": "Linux/UNIX",
+        "usageOperation": "RunInstances",
+        "productCodes": [],
+        "deprecationTime": None,
+    }
+
+
+def test_image_with_instance_store_root(world: World) -> None:
+    serve_image(source_image(world, volume_count=1, RootDeviceType="instance-store"))
+    with pytest.raises(errors.UnsupportedImage, match="instance-store root"):
+        run(world, {"imageId": SOURCE_IMAGE_ID})
+
+
+def test_image_with_too_many_volumes(world: World) -> None:
+    serve_image(source_image(world, volume_count=11))
+    with pytest.raises(errors.TooManyVolumes, match="11 EBS volumes.*at most 10"):
+        run(world, {"imageId": SOURCE_IMAGE_ID})
+
+
+def test_image_not_found(world: World) -> None:
+    with pytest.raises(errors.ImageNotFound, match="ami-0123456789abcdef0 not found in us-east-1"):
+        run(world, {"imageId": "ami-0123456789abcdef0"})
+
+
+def test_image_name_already_taken(world: World) -> None:
+    serve_image(source_image(world))
+    boto3.client("ec2", region_name=REGION).register_image(Name="taken-name")
+    with pytest.raises(errors.InvalidInput, match="'taken-name' already exists"):
+        run(world, {"imageId": SOURCE_IMAGE_ID, "imageName": "taken-name"})
+
+
+def test_prepare_creates_nothing_and_leaves_the_source_alone(world: World) -> None:
+    image = source_image(world)
+    serve_image(image)
+    snapshot_id = world.snapshot(tags={"team": "db"})
+    before = world.inventory()
+    described = world.ec2.describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"]
+    run(world, {"snapshotId": snapshot_id, "fastSnapshotRestoreAzs": []})
+    run(world, {"imageId": SOURCE_IMAGE_ID})
+    assert world.inventory() == before
+    assert world.ec2.describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"] == described
