@@ -1,0 +1,257 @@
+"""Unit tests of the program's pure parts (no root needed)."""
+
+from __future__ import annotations
+
+import ast
+import mmap
+import random
+import struct
+from pathlib import Path
+
+import images
+import pytest
+from conftest import PROGRAM
+from sparsecopy import bitmap, copier, extents, fs_fat, fs_ntfs, partitions, probe
+
+
+def _reader(path: Path, base: int = 0):
+    data = path.read_bytes()
+    return lambda offset, length: data[base + offset : base + offset + length]
+
+
+# ---------------------------------------------------------------- Python 3.9
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in PROGRAM.glob("*.py")))
+def test_module_parses_with_the_python_39_grammar(module: str) -> None:
+    """AL2023 runs python3.9: no match statements, parenthesised with-items, etc."""
+    ast.parse((PROGRAM / module).read_text(), filename=module, feature_version=(3, 9))
+
+
+def test_modules_postpone_no_runtime_union_syntax() -> None:
+    """`X | Y` outside annotations fails on 3.9 at runtime; annotations are not evaluated only
+    with `from __future__ import annotations`, so the package does not use the syntax at all."""
+    for path in PROGRAM.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+                names = (node.left, node.right)
+                assert not any(isinstance(n, ast.Constant) and n.value is None for n in names), (
+                    f"{path.name}:{node.lineno} uses X | None"
+                )
+
+
+# ---------------------------------------------------------------- extents
+
+
+def test_extents_normalize_merges_overlaps_and_touching() -> None:
+    assert extents.normalize([(10, 5), (0, 4), (4, 2), (20, 0), (12, 10)]) == [(0, 6), (10, 12)]
+
+
+def test_extents_complement_and_clip() -> None:
+    assert extents.complement([(10, 10), (30, 5)], 0, 40) == [(0, 10), (20, 10), (35, 5)]
+    assert extents.complement([], 5, 9) == [(5, 4)]
+    assert extents.clip([(0, 10), (20, 10)], 5, 25) == [(5, 5), (20, 5)]
+
+
+def test_extents_align_widens_within_limit() -> None:
+    assert extents.align([(513, 10), (1100, 1)], 512, 1536) == [(512, 1024)]
+    assert extents.align([(1000, 600)], 512, 1500) == [(512, 988)]
+
+
+def test_extents_split_cuts_on_absolute_boundaries() -> None:
+    assert extents.split([(100, 300)], 128) == [(100, 28), (128, 128), (256, 128), (384, 16)]
+
+
+# ---------------------------------------------------------------- zero-skip
+
+
+def _runs(data: bytes, base: int = 0) -> list[tuple[int, int]]:
+    buf = mmap.mmap(-1, max(len(data), 1))
+    buf[: len(data)] = data
+    view = memoryview(buf)
+    try:
+        return list(copier.nonzero_runs(view, len(data), base))
+    finally:
+        view.release()
+        buf.close()
+
+
+def test_nonzero_runs_skips_zero_blocks_and_merges_neighbours() -> None:
+    data = bytearray(64 * 4096)
+    data[4096 + 7] = 1
+    data[2 * 4096] = 1
+    data[10 * 4096 + 4095] = 9
+    assert _runs(bytes(data)) == [(4096, 8192), (10 * 4096, 4096)]
+    assert _runs(bytes(1024 * 1024)) == []
+
+
+def test_nonzero_runs_cut_at_absolute_block_boundaries() -> None:
+    """A buffer starting mid-block: blocks end at absolute 4 KiB multiples, so a non-zero byte
+    just before a 512 KiB boundary never drags zeros of the next EBS block into the write."""
+    base = 512 * 1024 - 6144  # 1.5 blocks before the boundary
+    data = bytearray(16384)
+    data[6143] = 1  # last byte before the boundary
+    assert _runs(bytes(data), base) == [(2048, 4096)]
+
+
+def test_nonzero_runs_match_a_brute_force_scan() -> None:
+    rng = random.Random(5)
+    data = bytearray(300 * 1024)
+    for _ in range(40):
+        data[rng.randrange(len(data))] = 1
+    base = 3 * 512
+    got = set()
+    for start, length in _runs(bytes(data), base):
+        got.update(range(start, start + length))
+    for i, byte in enumerate(data):
+        if byte:
+            assert i in got
+    for start, length in _runs(bytes(data), base):
+        assert (base + start) % 4096 == 0 or start == 0
+        assert (base + start + length) % 4096 == 0 or start + length == len(data)
+
+
+# ---------------------------------------------------------------- bitmaps and NTFS runs
+
+
+def test_set_bit_runs() -> None:
+    assert bitmap.set_bit_runs(b"\x00\xff\x01\x80", 32) == [(8, 9), (31, 1)]
+    assert bitmap.set_bit_runs(b"\xff\xff", 12) == [(0, 12)]
+    assert bitmap.set_bit_runs(b"\x05", 8) == [(0, 1), (2, 1)]
+
+
+def test_ntfs_runlist_decoding() -> None:
+    # 0x21: 1-byte length, 2-byte offset; second run relative, negative; third sparse
+    data = bytes([0x21, 0x10, 0x00, 0x01, 0x11, 0x08, 0xF0, 0x01, 0x04, 0x00])
+    assert fs_ntfs.decode_runs(data) == [(0, 16, 256), (16, 8, 240), (24, 4, None)]
+
+
+# ---------------------------------------------------------------- tables and probing
+
+
+def test_gpt_layout_matches_sfdisk(tmp_path: Path) -> None:
+    disk = images.make_gpt(
+        tmp_path / "d.img",
+        64 * images.MIB,
+        [(1, "EF02", "none"), (20, "EF00", "vfat"), (0, "8300", "ext4")],
+    )
+    layout = partitions.read_layout(_reader(disk.path), disk.size, 512)
+    assert layout.table == "gpt" and not layout.problem
+    assert [(p.number, p.start, p.size) for p in layout.partitions] == [
+        (p.number, p.start, p.size) for p in disk.partitions
+    ]
+    assert layout.partitions[1].type == "c12a7328-f81f-11d2-ba4b-00a0c93ec93b"  # EFI system
+
+
+def test_mbr_with_logical_partitions(tmp_path: Path) -> None:
+    disk = images.make_mbr(
+        tmp_path / "d.img",
+        64 * images.MIB,
+        "label: dos\nstart=2048, size=10MiB, type=83\nstart=, size=, type=5\n"
+        "size=10MiB, type=83\nsize=, type=7\n",
+        ["ext4", "extended", "ext4", "ntfs"],
+    )
+    layout = partitions.read_layout(_reader(disk.path), disk.size, 512)
+    assert layout.table == "mbr"
+    assert [(p.number, p.start, p.size) for p in layout.partitions] == [
+        (p.number, p.start, p.size) for p in disk.partitions if p.fs != "extended"
+    ]
+    assert [p.type for p in layout.partitions] == ["83", "83", "07"]
+
+
+def test_gpt_with_a_bad_checksum_is_not_trusted(tmp_path: Path) -> None:
+    disk = images.make_gpt(tmp_path / "d.img", 16 * images.MIB, [(0, "8300", "ext4")])
+    with open(disk.path, "r+b") as f:
+        f.seek(512 + 40)
+        f.write(b"\x07")
+    layout = partitions.read_layout(_reader(disk.path), disk.size, 512)
+    assert (layout.table, layout.problem) == ("none", "GPT header checksum is wrong")
+    assert [(p.start, p.size) for p in layout.partitions] == [(0, disk.size)]
+
+
+def test_mbr_partition_beyond_the_disk_is_not_trusted() -> None:
+    sector0 = bytearray(512)
+    struct.pack_into("<B3sB3sII", sector0, 446, 0, b"", 0x83, b"", 2048, 10**6)
+    sector0[510:512] = b"\x55\xaa"
+    data = bytes(sector0) + bytes(1024 * 1024)
+    layout = partitions.read_layout(lambda o, n: data[o : o + n], len(data), 512)
+    assert layout.table == "none"
+    assert "beyond the end" in layout.problem
+
+
+@pytest.mark.parametrize(
+    ("mkfs", "expected"),
+    [
+        (["mkfs.ext4", "-q", "-F"], "ext4"),
+        (["mkfs.ext2", "-q", "-F"], "ext4"),
+        (["mkfs.xfs", "-q", "-f"], "xfs"),
+        (["mkfs.btrfs", "-q", "-f"], "btrfs"),
+        (["mkntfs", "-q", "-F", "-f"], "ntfs"),
+        (["mkfs.fat", "-F", "32"], "vfat"),
+        (["mkfs.fat", "-F", "12", "-C"], "vfat"),
+        (["mkswap"], "swap"),
+    ],
+)
+def test_probe_recognises_filesystems(tmp_path: Path, mkfs: list[str], expected: str) -> None:
+    path = tmp_path / "fs.img"
+    if mkfs[-1] == "-C":  # FAT12 only exists on small volumes: let mkfs.fat create 8 MiB
+        images.run(*mkfs, str(path), str(8 * 1024))
+    else:
+        images.create_sparse(path, 320 * images.MIB)
+        images.run(*mkfs, str(path))
+    assert probe.detect(_reader(path), path.stat().st_size) == expected
+
+
+def test_probe_calls_random_bytes_unknown() -> None:
+    data = random.Random(1).randbytes(200 * 1024)
+    assert probe.detect(lambda o, n: data[o : o + n], len(data)) == "unknown"
+
+
+# ---------------------------------------------------------------- FAT and NTFS maps vs tools
+
+
+@pytest.mark.parametrize("bits", ["12", "16", "32"])
+def test_fat_map_covers_every_file_cluster(tmp_path: Path, bits: str) -> None:
+    """Files written with mtools lie inside the allocated ranges; a deleted file's clusters
+    (still holding its bytes) do not."""
+    path = tmp_path / "fat.img"
+    size = 64 * images.MIB if bits != "12" else 4 * images.MIB
+    images.create_sparse(path, size)
+    images.run("mkfs.fat", "-F", bits, str(path))
+    keep, gone = tmp_path / "keep.bin", tmp_path / "gone.bin"
+    keep.write_bytes(b"K" * 300_000)
+    gone.write_bytes(b"G" * 300_000)
+    images.run("mcopy", "-i", str(path), str(gone), "::/gone.bin")
+    images.run("mcopy", "-i", str(path), str(keep), "::/keep.bin")
+    images.run("mdel", "-i", str(path), "::/gone.bin")
+    fat = fs_fat.read_map(_reader(path))
+    assert fat.kind == f"FAT{bits}"
+    data = path.read_bytes()
+    inside = bytearray(len(data))
+    for start, length in fat.allocated:
+        inside[start : start + length] = b"\x01" * length
+    # A fresh filesystem stores each file contiguously.
+    k_at, g_at = data.index(b"K" * 300_000), data.index(b"G" * 300_000)
+    assert all(inside[k_at : k_at + 300_000]), "a live file's cluster is outside the map"
+    assert not any(inside[g_at : g_at + 300_000]), "a deleted file's clusters are in the map"
+
+
+def test_ntfs_map_agrees_with_ntfscluster(tmp_path: Path) -> None:
+    path = tmp_path / "ntfs.img"
+    images.create_sparse(path, 64 * images.MIB)
+    images.run("mkntfs", "-q", "-F", "-f", str(path))
+    ntfs = fs_ntfs.read_map(_reader(path))
+    assert ntfs.clean
+    info = images.run("ntfsinfo", "-m", str(path))
+
+    def field(name: str) -> int:
+        line = next(line for line in info.splitlines() if name in line)
+        return int(line.split(":")[1].split()[0])
+
+    cluster, free, total = (
+        field("Cluster Size"),
+        field("Free Clusters"),
+        field("Volume Size in Clusters"),
+    )
+    assert extents.total(ntfs.allocated) == (total - free) * cluster
