@@ -6,6 +6,7 @@ attached (only those) and deletes its files, also when the body failed.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -52,6 +53,8 @@ class Emulator:
         # so its placeholder volumes get no backing files.
         _ = self.ec2
         st.ACTIVE = self.state
+        # One log line per API call would drown the demo's output.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()

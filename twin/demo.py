@@ -1,0 +1,119 @@
+"""`make demo`: the whole workflow on this machine, with a report (see docs/twin.md).
+
+usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
+                           [--trigger api|tag] [--fault NAME] [--cdk-out DIR] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .emulator.faults import FAULTS
+from .scenario import REPO, Options, run
+
+MIB = 1024 * 1024
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MIB:,.1f} MiB"
+
+
+def summary(report: dict[str, Any]) -> str:
+    s = report["scenario"]
+    lines = [
+        f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}",
+        f"  execution        {report['execution_name'] or '(one per case)'}: "
+        f"{report['execution_status']}"
+        + (f" with {report['error']}" if report.get("error") else ""),
+    ]
+    if report.get("cause"):
+        lines.append(f"  cause            {str(report['cause'])[:300]}")
+    states = report["states_visited"]
+    if states:
+        lines.append(f"  states visited   {len(states)}: " + " > ".join(_compress(states)))
+    lines += [
+        f"  source snapshot  {report['source_snapshot_chunks']} written 512 KiB blocks "
+        f"({_mib(report['source_snapshot_bytes'])})",
+        f"  new snapshot     {report['new_snapshot_chunks']} written 512 KiB blocks "
+        f"({_mib(report['new_snapshot_bytes'])})",
+        f"  read from source {_mib(report['bytes_read_from_source'])}, written to target "
+        f"{_mib(report['bytes_written_to_target'])}",
+        f"  verification     files equal: {report['files_verified']}, "
+        f"fsck clean: {report['fsck_clean']}",
+        f"  leaked resources {report['leaked_resources']}"
+        + (f" {report['leaks']}" if report["leaks"] else ""),
+        f"  source unchanged {report['source_snapshot_unchanged']}",
+        f"  instances        {report['instances_launched']} launched; "
+        f"{report['lambda_invocations']} Lambda invocations"
+        + (
+            f" ({report['throttled_invocations']} throttled)"
+            if report["throttled_invocations"]
+            else ""
+        ),
+    ]
+    if report.get("phase_seconds"):
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in report["phase_seconds"].items())
+        lines.append(f"  phases           {phases}")
+    image = report.get("image") or {}
+    if image:
+        lines.append(
+            f"  new AMI          {image.get('new_image_id')}: attributes equal "
+            f"{image.get('attributes_equal')}, FSR {image.get('fsr')}"
+        )
+    for case in report.get("bad_input_cases", []):
+        lines.append(
+            f"  bad input        {case['case']}: {case['execution_status']} with {case['error']} "
+            f"(expected {case['expected_error']}), created nothing: {case['created_nothing']}"
+        )
+    for note in report.get("notes", []):
+        lines.append(f"  note             {note}")
+    lines.append(f"  report           {report['picture'].rsplit('/', 1)[0]}/report.json")
+    lines.append(f"  block picture    {report['picture']}")
+    return "\n".join(lines)
+
+
+def _compress(states: list[str]) -> list[str]:
+    """Poll loops repeat; show a run of the same few states once with a count."""
+    out: list[str] = []
+    for state in states:
+        if out and out[-1].split(" x")[0] == state:
+            name, _, count = out[-1].partition(" x")
+            out[-1] = f"{name} x{int(count or 1) + 1}"
+        else:
+            out.append(state)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m twin.demo", description=__doc__)
+    parser.add_argument("--fs", default=os.environ.get("FS") or "ext4")
+    parser.add_argument("--input", default=os.environ.get("INPUT") or "snapshot")
+    parser.add_argument("--trigger", default=os.environ.get("TRIGGER") or "api")
+    parser.add_argument("--fault", default=os.environ.get("FAULT") or None,
+                        help="one of: " + ", ".join(FAULTS))  # fmt: skip
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("twin demo: needs root (loop devices, mounts); run it as root", file=sys.stderr)
+        return 2
+    opts = Options(
+        fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
+        cdk_out=args.cdk_out, out_dir=args.out,
+    )  # fmt: skip
+    try:
+        opts.validate()
+    except ValueError as error:
+        print(f"twin demo: {error}", file=sys.stderr)
+        return 2
+    report = run(opts)
+    print(summary(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

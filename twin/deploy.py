@@ -1,0 +1,138 @@
+"""Deploys the synthesized stack into the emulator, as far as the workflow needs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .cfn import (
+    Deployment,
+    Function,
+    Resolver,
+    Rule,
+    TemplateError,
+    load_template,
+    resources_of,
+)
+from .emulator.server import Emulator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _image_for_launch_template(emu: Emulator, image_id: str) -> str:
+    """EC2 resolves `resolve:ssm:<parameter>` in a launch template at launch; the emulator's
+    stock AMIs stand in for Amazon Linux 2023."""
+    if not image_id.startswith("resolve:ssm:"):
+        return image_id
+    images = emu.boto3_client("ec2").describe_images(Owners=["amazon"])["Images"]
+    linux = [i for i in images if i.get("Platform") != "windows" and i["Architecture"] == "x86_64"]
+    if not linux:
+        raise TemplateError("the emulator has no x86_64 Linux AMI to stand in for " + image_id)
+    return str(linux[0]["ImageId"])
+
+
+def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
+    stack_name, template = load_template(cdk_out)
+    d = Deployment(stack_name=stack_name, region=emu.region, account=emu.account)
+    r = Resolver(template, d, params=Resolver.parameter_values(template))
+    ec2, ssm, logs = emu.boto3_client("ec2"), emu.boto3_client("ssm"), emu.boto3_client("logs")
+    prefix = f"arn:aws:lambda:{d.region}:{d.account}:function:"
+
+    # Names and ARNs first: environments and the definition refer to them.
+    for logical, res in resources_of(template, "AWS::Lambda::Function").items():
+        name = res["Properties"].get("FunctionName") or f"{stack_name}-{logical}"
+        d.physical[logical] = name
+        d.arns[logical] = prefix + name
+    for logical, res in resources_of(template, "AWS::StepFunctions::StateMachine").items():
+        name = res["Properties"].get("StateMachineName") or f"{stack_name}-{logical}"
+        d.physical[logical] = f"arn:aws:states:{d.region}:{d.account}:stateMachine:{name}"
+        d.arns[logical] = d.physical[logical]
+        d.state_machine_arn, d.state_machine_name = d.physical[logical], name
+
+    for logical, res in resources_of(template, "AWS::EC2::VPC").items():
+        cidr = r.resolve(res["Properties"].get("CidrBlock", "10.0.0.0/16"))
+        d.physical[logical] = ec2.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
+    for logical, res in resources_of(template, "AWS::EC2::Subnet").items():
+        props = r.resolve(res["Properties"])
+        subnet = ec2.create_subnet(
+            VpcId=props["VpcId"],
+            CidrBlock=props["CidrBlock"],
+            AvailabilityZone=props["AvailabilityZone"],
+        )
+        d.physical[logical] = subnet["Subnet"]["SubnetId"]
+    for logical, res in resources_of(template, "AWS::EC2::SecurityGroup").items():
+        props = r.resolve(res["Properties"])
+        kwargs: dict[str, Any] = {
+            "GroupName": f"{stack_name}-{logical}",
+            "Description": props.get("GroupDescription", logical),
+        }
+        if props.get("VpcId"):
+            kwargs["VpcId"] = props["VpcId"]
+        d.physical[logical] = ec2.create_security_group(**kwargs)["GroupId"]
+    for logical, res in resources_of(template, "AWS::EC2::LaunchTemplate").items():
+        props = r.resolve(res["Properties"])
+        data = dict(props["LaunchTemplateData"])
+        data["ImageId"] = _image_for_launch_template(emu, data.get("ImageId", "resolve:ssm:"))
+        # No IAM in the twin: the instance profile only grants what the emulator never checks.
+        data.pop("IamInstanceProfile", None)
+        name = props.get("LaunchTemplateName") or f"{stack_name}-{logical}"
+        created = ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
+        d.physical[logical] = created["LaunchTemplate"]["LaunchTemplateId"]
+    for logical, res in resources_of(template, "AWS::Logs::LogGroup").items():
+        name = res["Properties"].get("LogGroupName") or f"/twin/{stack_name}/{logical}"
+        logs.create_log_group(logGroupName=name)
+        d.physical[logical] = name
+    for logical, res in resources_of(template, "AWS::SSM::Document").items():
+        props = r.resolve(res["Properties"])
+        name = props.get("Name") or f"{stack_name}-{logical}"
+        content = props["Content"]
+        ssm.create_document(
+            Name=name,
+            Content=content if isinstance(content, str) else json.dumps(content),
+            DocumentType=props.get("DocumentType", "Command"),
+            DocumentFormat=props.get("DocumentFormat", "JSON"),
+        )
+        d.physical[logical] = name
+        d.document_name = name
+
+    for logical, res in resources_of(template, "AWS::Lambda::Function").items():
+        props = r.resolve(res["Properties"])
+        asset = res.get("Metadata", {}).get("aws:asset:path")
+        code_dir = (cdk_out / asset) if asset else REPO / "lambdas"
+        if not code_dir.is_dir():
+            raise TemplateError(f"{logical}: code directory {code_dir} does not exist")
+        d.functions[d.arns[logical]] = Function(
+            logical_id=logical,
+            name=d.physical[logical],
+            arn=d.arns[logical],
+            handler=props["Handler"],
+            runtime=props.get("Runtime", ""),
+            env={k: str(v) for k, v in props.get("Environment", {}).get("Variables", {}).items()},
+            code_dir=code_dir.resolve(),
+            memory=int(props.get("MemorySize", 128)),
+            timeout=int(props.get("Timeout", 3)),
+        )
+
+    for res in resources_of(template, "AWS::StepFunctions::StateMachine").values():
+        props = res["Properties"]
+        text = r.resolve(props.get("DefinitionString") or json.dumps(props.get("Definition")))
+        for key, value in r.resolve(props.get("DefinitionSubstitutions", {})).items():
+            text = text.replace("${" + key + "}", str(value))
+        d.definition = json.loads(text)
+
+    for logical, res in resources_of(template, "AWS::Events::Rule").items():
+        props = r.resolve(res["Properties"])
+        if "EventPattern" not in props or props.get("State", "ENABLED") != "ENABLED":
+            continue
+        d.rules.append(
+            Rule(
+                logical_id=logical,
+                name=props.get("Name") or f"{stack_name}-{logical}",
+                pattern=props["EventPattern"],
+                targets=props.get("Targets", []),
+            )
+        )
+    if not d.definition:
+        raise TemplateError("the template has no AWS::StepFunctions::StateMachine")
+    return d

@@ -1,0 +1,248 @@
+// Runs a state machine definition with aws-local-stepfunctions; every Lambda task runs the real
+// Python handler in a local worker process (lambda_worker.py) pointed at the twin's emulator.
+//
+// usage: node twin/runner/run.mjs JOB.json RESULT.json
+// JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
+//       python, worker, logDir, waitMs, retryMs, throttledCallsPerFunction}
+// RESULT: {status, output, error, cause, events, invocations}
+
+// aws-local-stepfunctions 3.0.0 calls Promise.withResolvers (Node >= 22); Node 20 lacks it.
+if (typeof Promise.withResolvers !== 'function') {
+  Promise.withResolvers = function withResolvers() {
+    let resolve;
+    let reject;
+    const promise = new Promise((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    return { promise, resolve, reject };
+  };
+}
+
+import { spawn } from 'node:child_process';
+import { createWriteStream, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import readline from 'node:readline';
+
+const { StateMachine, ExecutionError } = await import('aws-local-stepfunctions');
+
+const [jobPath, resultPath] = process.argv.slice(2);
+if (!jobPath || !resultPath) {
+  console.error('usage: node twin/runner/run.mjs JOB.json RESULT.json');
+  process.exit(2);
+}
+const job = JSON.parse(readFileSync(jobPath, 'utf8'));
+mkdirSync(job.logDir, { recursive: true });
+
+/** A Python process that imports one function's handler once (a warm Lambda container). */
+class Worker {
+  constructor(arn, fn) {
+    this.fn = fn;
+    this.pending = new Map();
+    this.nextId = 1;
+    const env = {
+      PATH: process.env.PATH,
+      LANG: 'C.UTF-8',
+      PYTHONPATH: fn.codeDir,
+      PYTHONUNBUFFERED: '1',
+      AWS_LAMBDA_FUNCTION_NAME: fn.name,
+      AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(fn.memory ?? 128),
+      AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
+      AWS_LAMBDA_LOG_GROUP_NAME: `/aws/lambda/${fn.name}`,
+      AWS_EXECUTION_ENV: 'AWS_Lambda_python3.13',
+      LAMBDA_TASK_ROOT: fn.codeDir,
+      ...fn.env,
+    };
+    const log = createWriteStream(path.join(job.logDir, `${fn.name}.log`), { flags: 'a' });
+    this.proc = spawn(job.python, [job.worker, fn.handler, arn], {
+      env,
+      cwd: fn.codeDir,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.proc.stderr.pipe(log);
+    this.exited = null;
+    this.proc.on('exit', (code, signal) => {
+      this.exited = `worker for ${fn.name} exited (code ${code}, signal ${signal})`;
+      for (const { reject } of this.pending.values()) reject(new Error(this.exited));
+      this.pending.clear();
+    });
+    readline.createInterface({ input: this.proc.stdout }).on('line', (line) => {
+      let msg;
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        return;
+      }
+      const waiter = this.pending.get(msg.id);
+      if (!waiter) return;
+      this.pending.delete(msg.id);
+      waiter.resolve(msg);
+    });
+  }
+
+  invoke(event) {
+    if (this.exited) return Promise.reject(new Error(this.exited));
+    const id = this.nextId++;
+    const requestId = randomUUID();
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.proc.stdin.write(`${JSON.stringify({ id, requestId, event })}\n`);
+    }).then((msg) => ({ ...msg, requestId }));
+  }
+
+  stop() {
+    if (!this.exited) this.proc.stdin.end();
+  }
+}
+
+const workers = new Map();
+const calls = new Map();
+const invocations = [];
+let workflowReport = null;
+
+function workerFor(arn) {
+  const fn = job.functions[arn];
+  if (!fn) throw new Error(`the definition calls ${arn}, which is not a function of the template`);
+  if (!workers.has(arn)) workers.set(arn, new Worker(arn, fn));
+  return workers.get(arn);
+}
+
+/** The error a Task sees when the function fails: name = the Python exception class,
+ * message = the Cause Step Functions shows ({errorMessage, errorType, requestId, stackTrace}). */
+class LambdaFunctionError extends Error {
+  constructor(msg) {
+    super(
+      JSON.stringify({
+        errorMessage: msg.errorMessage,
+        errorType: msg.errorType,
+        requestId: msg.requestId,
+        stackTrace: msg.stackTrace ?? [],
+      }),
+    );
+    this.name = msg.errorType;
+  }
+}
+
+class LambdaServiceError extends Error {
+  constructor(name, message) {
+    super(message);
+    this.name = name;
+  }
+}
+
+function taskHandler(stateName, arn, unwrapPayload) {
+  return async (input) => {
+    const fnArn = unwrapPayload ? input.FunctionName : arn;
+    const event = unwrapPayload ? input.Payload : input;
+    const fn = job.functions[fnArn];
+    const n = (calls.get(fnArn) ?? 0) + 1;
+    calls.set(fnArn, n);
+    const started = Date.now();
+    const record = { state: stateName, function: fn?.name ?? fnArn, started, ms: 0, error: null };
+    invocations.push(record);
+    if (n <= (job.throttledCallsPerFunction ?? 0)) {
+      record.error = 'Lambda.TooManyRequestsException';
+      throw new LambdaServiceError(
+        'Lambda.TooManyRequestsException',
+        'Rate Exceeded. (Service: Lambda, Status Code: 429, Request ID: ' + randomUUID() + ')',
+      );
+    }
+    const msg = await workerFor(fnArn).invoke(event);
+    record.ms = Date.now() - started;
+    if (!msg.ok) {
+      record.error = msg.errorType;
+      throw new LambdaFunctionError(msg);
+    }
+    // The report task's result is the workflow's own account of the run, also on failure paths.
+    if (fn.handler.endsWith('.report.handler')) workflowReport = msg.result;
+    if (!unwrapPayload) return msg.result;
+    return {
+      ExecutedVersion: '$LATEST',
+      Payload: msg.result,
+      StatusCode: 200,
+      SdkHttpMetadata: { HttpStatusCode: 200 },
+      SdkResponseMetadata: { RequestId: msg.requestId },
+    };
+  };
+}
+
+/** Every state of a definition, including those inside Map and Parallel states. */
+function* allStates(definition) {
+  for (const [name, state] of Object.entries(definition.States ?? {})) {
+    yield [name, state];
+    for (const branch of state.Branches ?? []) yield* allStates(branch);
+    const inner = state.ItemProcessor ?? state.Iterator;
+    if (inner) yield* allStates(inner);
+  }
+}
+
+const taskResourceLocalHandlers = {};
+const waitTimeOverrides = {};
+const retryIntervalOverrides = {};
+for (const [name, state] of allStates(job.definition)) {
+  if (state.Type === 'Task') {
+    if (state.Resource in job.functions) {
+      taskResourceLocalHandlers[name] = taskHandler(name, state.Resource, false);
+    } else if (/^arn:aws:states:::lambda:invoke/.test(state.Resource)) {
+      taskResourceLocalHandlers[name] = taskHandler(name, null, true);
+    } else {
+      throw new Error(`Task ${name} uses ${state.Resource}; the twin runs Lambda tasks only`);
+    }
+  }
+  if (state.Type === 'Wait') waitTimeOverrides[name] = job.waitMs;
+  if (state.Retry) retryIntervalOverrides[name] = job.retryMs;
+}
+
+// $$.State.EnteredTime: the library's context object has no State; a getter answers with the
+// time it is read, which is inside the state that reads it (Pass states read it on entry).
+let currentState = null;
+const context = {
+  ...job.context,
+  State: {
+    get EnteredTime() {
+      return new Date().toISOString();
+    },
+    get Name() {
+      return currentState;
+    },
+    RetryCount: 0,
+  },
+};
+
+const machine = new StateMachine(job.definition, { validationOptions: { checkArn: false } });
+const execution = machine.run(job.input, {
+  overrides: { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides },
+  context,
+});
+
+const events = [];
+const collecting = (async () => {
+  for await (const event of execution.eventLogs) {
+    if (event.type === 'StateEntered') currentState = event.state.name;
+    events.push({
+      type: event.type,
+      timestamp: event.timestamp,
+      state: event.state?.name ?? null,
+      stateType: event.state?.type ?? null,
+      error: event.Error ?? null,
+      cause: event.Cause ?? null,
+      retryAttempt: event.retry?.attempt ?? null,
+    });
+  }
+})();
+
+const result = { status: 'RUNNING', output: null, error: null, cause: null };
+try {
+  result.output = await execution.result;
+  result.status = 'SUCCEEDED';
+} catch (err) {
+  result.status = 'FAILED';
+  const inner = err instanceof ExecutionError ? err.cause : err;
+  result.error = inner?.name ?? String(err);
+  result.cause = inner?.cause ?? inner?.message ?? null;
+}
+await collecting;
+for (const worker of workers.values()) worker.stop();
+writeFileSync(resultPath, JSON.stringify({ ...result, events, invocations, workflowReport }, null, 1));
+process.exit(0);
