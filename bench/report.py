@@ -31,6 +31,8 @@ class Record:
     verified: bool = False
     problems: list[str] = field(default_factory=list)
     error: str | None = None
+    # 1-minute load average when the method started: other work on the machine skews seconds
+    load_before: float | None = None
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,7 @@ class Bench:
             drop_caches()
             flush_buffers(source)
             flush_buffers(target)
+            record.load_before = round(os.getloadavg()[0], 2)
             before_source, before_target = IoCounters.of(source), IoCounters.of(target)
             start = time.monotonic()
             try:

@@ -25,7 +25,7 @@ def _own_blkio_cgroup() -> Path:
         if "blkio" in controllers.split(","):
             return BLKIO / path.lstrip("/")
     raise BenchError(
-        "this process is in no blkio cgroup; cgroup-v1 blkio is needed for SOURCE_MBPS/SOURCE_IOPS"
+        "this process is in no blkio cgroup; cgroup-v1 blkio is needed to throttle the source"
     )
 
 
