@@ -232,3 +232,36 @@ def serve_image(image: dict[str, Any], uefi_data: str | None = UEFI_DATA) -> Non
         },
     )
 
+
+
+def plan_and_launch(world: World, execution_input: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    from compactor.handlers import launch, prepare
+
+    plan = prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
+    instance = launch.handler({"plan": plan, "launchAttempt": 1}, world.context)
+    return plan, instance
+
+
+def ssm_ping(status: str | None) -> list[dict[str, Any]]:
+    """DescribeInstanceInformation (not in moto) answers with this ping status for any instance."""
+    return respond(
+        aws.ssm(),
+        "DescribeInstanceInformation",
+        lambda params: {
+            "InstanceInformationList": []
+            if status is None
+            else [{"InstanceId": params["Filters"][0]["Values"][0], "PingStatus": status}]
+        },
+    )
+
+
+def ready_instance(
+    world: World, execution_input: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    from compactor.handlers import check_instance
+
+    plan, instance = plan_and_launch(world, execution_input)
+    ssm_ping("Online")
+    ready = check_instance.handler({"plan": plan, "instance": instance}, world.context)
+    assert ready["ready"], ready
+    return plan, instance, ready

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from compactor import aws, errors
+from compactor.handlers import check_compaction, start_compaction
+from tests.conftest import DOCUMENT, EXECUTION, World, ready_instance
+from tests.support import capture, error_response, respond
+
+
+def start(world: World, plan: dict[str, Any], instance: dict[str, Any], ready: dict[str, Any]) -> dict[str, Any]:
+    return start_compaction.handler({"plan": plan, "instance": instance, "ready": ready}, world.context)
+
+
+def check(world: World, instance: dict[str, Any], command: dict[str, Any]) -> dict[str, Any]:
+    return check_compaction.handler({"instance": instance, "command": command}, world.context)
+
+
+def invocation(status: str, stdout: str = "", stderr: str = "", details: str | None = None) -> None:
+    respond(
+        aws.ssm(),
+        "GetCommandInvocation",
+        lambda params: {
+            "CommandId": params["CommandId"],
+            "InstanceId": params["InstanceId"],
+            "Status": status,
+            "StatusDetails": details or status,
+            "StandardOutputContent": stdout,
+            "StandardErrorContent": stderr,
+        },
+    )
+
+
+def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot(), "jobs": 32, "verify": False, "method": "trim"})
+    calls = capture(aws.ssm(), "SendCommand")
+    command = start(world, plan, instance, ready)
+    (request,) = calls
+    volume = ready["volumes"][0]
+    assert request["InstanceIds"] == [instance["instanceId"]]
+    assert request["DocumentName"] == DOCUMENT
+    assert request["Parameters"] == {
+        "SourceVolumeIds": [volume["sourceVolumeId"]],
+        "TargetVolumeIds": [volume["targetVolumeId"]],
+        "SourceDeviceNames": ["/dev/sdf"],
+        "TargetDeviceNames": ["/dev/sdp"],
+        "Method": ["trim"],
+        "Jobs": ["32"],
+        "Verify": ["false"],
+    }
+    assert request["CloudWatchOutputConfig"] == {
+        "CloudWatchOutputEnabled": True,
+        "CloudWatchLogGroupName": "/compactor-test/commands",
+    }
+    assert EXECUTION in request["Comment"]
+    assert command == {"commandId": command["commandId"]}
+    assert aws.ssm().list_commands(CommandId=command["commandId"])["Commands"][0]["DocumentName"] == DOCUMENT
+
+
+def test_multi_volume_parameters_are_comma_lists_in_pair_order(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    second = {
+        "index": 1,
+        "sourceVolumeId": "vol-0000000000000000b",
+        "targetVolumeId": "vol-0000000000000000d",
+        "sourceDeviceName": "/dev/sdg",
+        "targetDeviceName": "/dev/sdq",
+    }
+    plan["volumes"].append(dict(plan["volumes"][0], index=1))
+    ready["volumes"].insert(0, second)
+    calls = capture(aws.ssm(), "SendCommand")
+    start(world, plan, instance, ready)
+    params = calls[0]["Parameters"]
+    first = ready["volumes"][1]
+    assert params["SourceVolumeIds"] == [f"{first['sourceVolumeId']},vol-0000000000000000b"]
+    assert params["TargetDeviceNames"] == ["/dev/sdp,/dev/sdq"]
+
+
+def test_refuses_an_instance_that_is_not_ready(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    with pytest.raises(errors.InstanceNotReady):
+        start(world, plan, instance, dict(ready, ready=False))
+
+
+def test_invocation_not_there_yet_is_not_done(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("InvocationDoesNotExist"))
+    assert check(world, instance, command) == {"done": False, "status": "Pending", "summary": None}
+
+
+@pytest.mark.parametrize("status", ["Pending", "InProgress", "Delayed"])
+def test_running_command_is_not_done(world: World, status: str) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    invocation(status, stdout="")
+    assert check(world, instance, command) == {"done": False, "status": status, "summary": None}
+
+
+def test_success_gives_the_summary_line(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    summary = {
+        "volumes": [
+            {
+                "sourceVolumeId": ready["volumes"][0]["sourceVolumeId"],
+                "targetVolumeId": ready["volumes"][0]["targetVolumeId"],
+                "source_bytes_read": 1_048_576,
+                "target_bytes_written": 524_288,
+                "partitions": [],
+                "verified": True,
+                "seconds": 1.5,
+            }
+        ]
+    }
+    invocation("Success", stdout=json.dumps(summary) + "\n")
+    assert check(world, instance, command) == {"done": True, "status": "Success", "summary": summary}
+
+
+def test_success_without_a_summary_is_a_failure(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    invocation("Success", stdout="copied\n")
+    with pytest.raises(errors.CompactionFailed, match="no .*summary"):
+        check(world, instance, command)
+
+
+@pytest.mark.parametrize("status", ["Failed", "TimedOut", "Cancelled"])
+def test_failure_reports_the_program_error_line(world: World, status: str) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    line = {"error": "unsupported: LVM physical volume on partition 2, use --method trim", "sourceVolumeId": "vol-1"}
+    invocation(status, stdout=json.dumps(line) + "\n", stderr="progress 50%\n")
+    with pytest.raises(errors.CompactionFailed) as caught:
+        check(world, instance, command)
+    assert str(caught.value) == line["error"]
+
+
+def test_failure_without_an_error_line_names_the_status(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    invocation("TimedOut", stderr="copying 12%\n", details="ExecutionTimedOut")
+    with pytest.raises(errors.CompactionFailed, match="ended ExecutionTimedOut.*copying 12%"):
+        check(world, instance, command)
+
+
+def test_instance_gone_during_the_command(world: World) -> None:
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    world.ec2.terminate_instances(InstanceIds=[instance["instanceId"]])
+    invocation("InProgress")
+    with pytest.raises(errors.InstanceLost):
+        check(world, instance, command)
