@@ -39,19 +39,20 @@ def open_device(path: str, write: bool) -> int:
         raise Failure(f"cannot open {path}: {exc.strerror}") from exc
 
 
-def nonzero_runs(view: memoryview, length: int, base: int = 0) -> Iterator[tuple[int, int]]:
-    """(offset, length) of the runs in view[:length] that are not all zero.
+def nonzero_runs(buf: mmap.mmap, length: int, base: int = 0) -> Iterator[tuple[int, int]]:
+    """(offset, length) of the runs in buf[:length] that are not all zero.
 
-    ``view`` holds the bytes at absolute offset ``base``; blocks are cut at absolute multiples of
+    ``buf`` holds the bytes at absolute offset ``base``. Blocks are cut at absolute multiples of
     ZERO_BLOCK (the first and last may be shorter), so a written run never reaches into a 512 KiB
-    EBS block that holds only zeros.
+    EBS block that holds only zeros. Slicing an mmap gives bytes, which compare with memcmp:
+    comparing memoryviews goes element by element and ran at 260 MiB/s on zeros.
     """
-    zeros = memoryview(_ZEROS)
+    zeros = _ZEROS
     run_start: Optional[int] = None
     pos = 0
     while pos < length:
         probe_end = min(pos + _PROBE - (base + pos) % _PROBE, length)
-        if view[pos:probe_end] == zeros[: probe_end - pos]:
+        if buf[pos:probe_end] == zeros[: probe_end - pos]:
             if run_start is not None:
                 yield run_start, pos - run_start
                 run_start = None
@@ -60,7 +61,7 @@ def nonzero_runs(view: memoryview, length: int, base: int = 0) -> Iterator[tuple
         block = pos
         while block < probe_end:
             end = min(block + ZERO_BLOCK - (base + block) % ZERO_BLOCK, probe_end)
-            if view[block:end] == zeros[: end - block]:
+            if buf[block:end] == zeros[: end - block]:
                 if run_start is not None:
                     yield run_start, block - run_start
                     run_start = None
@@ -118,7 +119,7 @@ class Copier:
         try:
             self._read(src, view, offset, length, "the source")
             written = 0
-            for start, count in nonzero_runs(view, length, offset):
+            for start, count in nonzero_runs(buf, length, offset):
                 self._write(dst, view[start : start + count], offset + start + shift)
                 written += count
         finally:
@@ -138,7 +139,7 @@ class Copier:
         try:
             self._read(a, view_a, offset, length, "the source")
             self._read(b, view_b, offset + shift, length, "the target")
-            if view_a[:length] != view_b[:length]:
+            if buf_a[:length] != buf_b[:length]:
                 raise Failure(
                     f"verify: target differs from source in bytes {offset}..{offset + length}"
                 )

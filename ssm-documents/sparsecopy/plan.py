@@ -9,7 +9,7 @@ from .blockdev import flush, partition_device
 from .extents import Extents, complement, shift, total
 from .partitions import Layout, Partition, read_layout
 from .probe import detect
-from .progress import log
+from .progress import human, log
 
 ALLOCATED, RAW, HEADER, TRIM = "allocated", "raw", "header", "trim"
 KERNEL_TRIMMABLE = ("ext4", "xfs", "btrfs")
@@ -167,6 +167,10 @@ def plan_disk(
             _swap_header(plan, read)
         else:
             plan.raw(f"no allocation map for {fs} data: copying every non-zero block")
+        log(
+            f"partition {plan.number}: {fs}, method {plan.method}, "
+            f"{human(total(plan.extents))} to read{'; ' + plan.note if plan.note else ''}"
+        )
     if recover:
         flush(source)
     outside = complement([(p.start, p.size) for p in layout.partitions], 0, disk_size)
