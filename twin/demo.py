@@ -77,14 +77,22 @@ def summary(report: dict[str, Any]) -> str:
 
 
 def _compress(states: list[str]) -> list[str]:
-    """Poll loops repeat; show a run of the same few states once with a count."""
+    """Poll loops repeat a few states many times: show each repeated run once, with a count."""
     out: list[str] = []
-    for state in states:
-        if out and out[-1].split(" x")[0] == state:
-            name, _, count = out[-1].partition(" x")
-            out[-1] = f"{name} x{int(count or 1) + 1}"
+    i = 0
+    while i < len(states):
+        for width in range(1, 7):
+            window = states[i : i + width]
+            repeats = 1
+            while states[i + repeats * width : i + (repeats + 1) * width] == window:
+                repeats += 1
+            if repeats > 1:
+                out.append(f"({' > '.join(window)}) x{repeats}")
+                i += repeats * width
+                break
         else:
-            out.append(state)
+            out.append(states[i])
+            i += 1
     return out
 
 

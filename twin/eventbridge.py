@@ -15,7 +15,7 @@ _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
-    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))  # type: ignore[arg-type]
 
 
 def json_path(event: Any, path: str) -> Any:

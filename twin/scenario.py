@@ -243,27 +243,27 @@ def _run_in(
         )  # fmt: skip
 
     cases: list[dict[str, Any]] = []
+    result: ExecutionResult | None = None
     if fault == "bad-input":
         for case, bad_input, expected in _bad_inputs(emu, work, source):
-            before = {len(emu.state.instances_launched), len(emu.state.volume_files)}
-            result = run_one(bad_input)
+            launched_before = len(emu.state.instances_launched)
+            case_result = run_one(bad_input)
+            case_leaks = _leaks(emu, case_result.name, set(), None)
             cases.append(
                 {
                     "case": case,
                     "input": bad_input,
                     "expected_error": expected,
-                    "execution_status": result.status,
-                    "error": result.error,
-                    "cause": result.cause,
-                    "states_visited": result.states_visited,
-                    "instances_launched": len(emu.state.instances_launched),
-                    "leaked_resources": len(_leaks(emu, result.name, set(), None)),
-                    "created_nothing": before == {0}
-                    and len(emu.state.instances_launched) == 0
-                    and not emu.state.volume_files,
+                    "execution_status": case_result.status,
+                    "error": case_result.error,
+                    "cause": case_result.cause,
+                    "states_visited": case_result.states_visited,
+                    "leaked_resources": len(case_leaks),
+                    "created_nothing": len(emu.state.instances_launched) == launched_before
+                    and not emu.state.volume_files
+                    and not case_leaks,
                 }
             )
-        result = None
     elif opts.trigger == "tag":
         execution_input, trigger_notes = _trigger_input(emu, d, source)
         notes += trigger_notes
@@ -356,6 +356,8 @@ def _run_in(
             for i in (primary.invocations if primary else [])
             if i["error"] == "Lambda.TooManyRequestsException"
         ),
+        "handlers_called": _handlers_called(d, primary) if primary else [],
+        "spot_capacity_errors": emu.state.spot_failures_served,
         "retriggered_executions": retriggered,
         "image": _ami_check(emu, source, new_image),
         "bad_input_cases": cases,
@@ -369,6 +371,17 @@ def _run_in(
     report["picture"] = str(picture)
     (opts.out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _handlers_called(d: Deployment, result: ExecutionResult) -> list[str]:
+    """Handler modules in call order, repeated calls (poll loops, retries) shown once."""
+    module = {f.name: f.handler.rsplit(".", 2)[-2] for f in d.functions.values()}
+    called: list[str] = []
+    for invocation in result.invocations:
+        name = module.get(invocation["function"], invocation["function"])
+        if not called or called[-1] != name:
+            called.append(name)
+    return called
 
 
 def _cases_status(cases: list[dict[str, Any]]) -> str:

@@ -85,7 +85,7 @@ def _create_snapshot(self: EBSBackend, volume_id: str, description: str, *a: Any
 def _advance_snapshots(emu: st.EmulatorState, backend: EBSBackend) -> None:
     with emu.lock:
         for snapshot_id, polls in list(emu.snapshot_polls.items()):
-            snapshot = backend.snapshots.get(snapshot_id)
+            snapshot: Any = backend.snapshots.get(snapshot_id)
             if snapshot is None or snapshot.status != "pending":
                 continue
             polls += 1

@@ -98,7 +98,7 @@ class Emulator:
     def boto3_client(self, service: str) -> Any:
         import boto3
 
-        return boto3.client(
+        return boto3.client(  # type: ignore[call-overload]
             service,
             endpoint_url=self.endpoint,
             region_name=self.region,

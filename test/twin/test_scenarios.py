@@ -1,0 +1,171 @@
+"""The workflow end to end on the twin: happy paths and every fault of issue #4.
+
+Each scenario synthesizes nothing itself: it runs against the cloud assembly in TWIN_CDK_OUT
+(`make test-twin` synthesizes it once) or synthesizes one into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twin.scenario import Options, run
+
+REPO = Path(__file__).resolve().parents[2]
+HAPPY_HANDLERS = [
+    "prepare",
+    "launch",
+    "check_instance",
+    "start_compaction",
+    "check_compaction",
+    "create_snapshots",
+    "check_snapshots",
+    "teardown",
+    "report",
+]
+
+
+@pytest.fixture(scope="session")
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (loop devices, mounts)")
+    given = os.environ.get("TWIN_CDK_OUT")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("synth") / "cdk.out"
+    subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "-o", str(out)],
+        cwd=REPO, check=True, capture_output=True,
+    )  # fmt: skip
+    return out
+
+
+def scenario(cdk_out: Path, tmp_path: Path, **options: Any) -> dict[str, Any]:
+    report = run(Options(cdk_out=cdk_out, out_dir=tmp_path / "out", **options))
+    # What every scenario must leave behind: nothing, and the source as it was.
+    assert report["leaked_resources"] == 0, report["leaks"]
+    assert report["source_snapshot_unchanged"] is True
+    return report
+
+
+def assert_compacted(report: dict[str, Any]) -> None:
+    assert report["execution_status"] == "SUCCEEDED", (report["error"], report["cause"])
+    assert report["files_verified"] is True, report["verification"]
+    assert report["fsck_clean"] is True, report["verification"]
+    assert 0 < report["new_snapshot_chunks"] < report["source_snapshot_chunks"]
+    assert report["bytes_read_from_source"] > 0
+
+
+def test_demo_cli_compacts_a_dirty_ext4_snapshot(cdk_out: Path, tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "twin.demo", "--cdk-out", str(cdk_out), "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert_compacted(report)
+    assert report["leaked_resources"] == 0 and report["source_snapshot_unchanged"] is True
+    assert report["handlers_called"] == HAPPY_HANDLERS
+    assert report["states_visited"][0] == "Start"
+    assert all(d["seconds"] >= 0 for d in report["state_durations"])
+    assert "SUCCEEDED" in proc.stdout and "files equal: True" in proc.stdout
+    svg = (out / "blocks.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") > report["new_snapshot_chunks"]
+
+
+@pytest.mark.parametrize("fs", ["xfs", "ntfs", "bare-ext4"])
+def test_other_filesystems(cdk_out: Path, tmp_path: Path, fs: str) -> None:
+    report = scenario(cdk_out, tmp_path, fs=fs)
+    assert_compacted(report)
+
+
+def test_ami_becomes_an_equivalent_ami_with_fast_snapshot_restore(cdk_out, tmp_path) -> None:
+    report = scenario(cdk_out, tmp_path, input="ami")
+    assert_compacted(report)
+    assert len(report["verification"]) == 2
+    image = report["image"]
+    assert image["new_image_id"], report["workflow_report"]
+    assert image["attributes_equal"] is True, image["attribute_differences"]
+    assert sorted(f["state"] for f in image["fsr"]) == ["enabled", "enabled"]
+    assert {f["zone"] for f in image["fsr"]} == {"us-east-1a"}
+    assert "register_image" in report["handlers_called"]
+    assert "enable_fast_snapshot_restore" in report["handlers_called"]
+
+
+def test_tagging_the_snapshot_starts_the_compaction(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, trigger="tag")
+    assert_compacted(report)
+    # The rule's input transformer hands the workflow the snapshot's ARN.
+    source = report["source_snapshot_ids"][0]
+    assert report["execution_input"] == {
+        "snapshotId": f"arn:aws:ec2:us-east-1:123456789012:snapshot/{source}"
+    }
+    assert report["retriggered_executions"] == 0
+
+
+def test_spot_capacity_errors_fall_back_to_another_pool(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="spot-capacity")
+    assert_compacted(report)
+    assert report["spot_capacity_errors"] == 2
+    assert report["instances_launched"] == 1
+
+
+def test_no_capacity_fails_with_no_spot_capacity(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="no-capacity")
+    assert report["execution_status"] == "FAILED"
+    assert report["error"] == "NoSpotCapacity"
+    assert report["instances_launched"] == 0
+    assert report["spot_capacity_errors"] > 1
+    assert report["handlers_called"][-2:] == ["teardown", "report"]
+
+
+def test_failing_command_fails_with_the_programs_error_line(cdk_out, tmp_path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="command-fails")
+    assert report["execution_status"] == "FAILED"
+    assert report["error"] == "CompactionFailed"
+    cause = json.loads(report["cause"])
+    # The source volume has no device node: sparsecopy's `device` says so.
+    assert "vol" in cause["errorMessage"] and "sparsecopy" not in cause["errorType"]
+    assert report["new_snapshot_ids"] == []
+
+
+def test_lost_instance_is_replaced_and_the_job_succeeds(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="instance-lost")
+    assert_compacted(report)
+    assert report["instances_launched"] == 2
+    calls = report["handlers_called"]
+    assert calls.count("launch") == 2
+    assert calls.index("teardown") < len(calls) - 2  # a retry teardown before the relaunch
+
+
+def test_snapshot_error_fails_with_snapshot_failed(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="snapshot-error")
+    assert report["execution_status"] == "FAILED"
+    assert report["error"] == "SnapshotFailed"
+    assert report["new_snapshot_ids"] == []
+
+
+def test_throttled_lambdas_are_retried(cdk_out: Path, tmp_path: Path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="throttle")
+    assert_compacted(report)
+    functions_called = len(set(report["handlers_called"]))
+    assert report["throttled_invocations"] == 2 * functions_called
+
+
+def test_bad_input_fails_with_the_specific_error_and_creates_nothing(cdk_out, tmp_path) -> None:
+    report = scenario(cdk_out, tmp_path, fault="bad-input")
+    cases = {c["case"]: c for c in report["bad_input_cases"]}
+    assert set(cases) == {"unknown-snapshot", "snapshot-not-completed", "malformed-input"}
+    for case in cases.values():
+        assert case["execution_status"] == "FAILED", case
+        assert case["error"] == case["expected_error"], case
+        assert case["created_nothing"] is True, case
+        assert case["leaked_resources"] == 0
+    assert report["instances_launched"] == 0
