@@ -15,9 +15,9 @@ from .copier import Copier, open_device
 from .device import find_device
 from .errors import Failure
 from .extents import Extents, align, clip, normalize, total
-from .plan import TRIM, MetaReader, plan_disk
-from .progress import Progress, log
-from .trim import copy_trimmed
+from .plan import TRIM, MetaReader, PartPlan, plan_disk
+from .progress import Progress, human, log
+from .trim import copy_trimmed, scratch_room
 from .verify import fsck_all
 
 HEAD = 1024 * 1024  # written last, so an unfinished target holds no recognisable table/superblock
@@ -86,6 +86,19 @@ def _mark_failed(fd: int, reason: str) -> None:
         buf.close()
 
 
+def _trim_only_where_it_fits(partitions: list[PartPlan], scratch: str) -> None:
+    """With --method allocated, partitions without a parsed map (btrfs) go through a trimmed
+    scratch image when it fits; otherwise every non-zero block is copied (never a failure)."""
+    room = scratch_room(scratch)
+    for part in partitions:
+        if part.method == TRIM and part.size > room:
+            part.raw(
+                f"scratch {scratch} has {human(room)} free, too little to trim a "
+                f"{human(part.size)} partition (pass --scratch): copying every non-zero block"
+            )
+            log(f"partition {part.number}: {part.note}")
+
+
 def _copy(args: argparse.Namespace) -> dict[str, object]:
     started = time.monotonic()
     if not 1 <= args.jobs <= 64:
@@ -111,6 +124,8 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
             )
         _check_blank(target_fd, target_size, args.target)
         plan = plan_disk(args.source, size, sector_size(source_fd), args.method, True, reader)
+        if args.method != TRIM:
+            _trim_only_where_it_fits(plan.partitions, args.scratch)
         direct: Extents = list(plan.outside)
         trimmed = [p for p in plan.partitions if p.method == TRIM]
         for part in plan.partitions:

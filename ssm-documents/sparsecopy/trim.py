@@ -31,10 +31,18 @@ def data_extents(fd: int, size: int) -> Extents:
     return out
 
 
+def scratch_room(directory: str) -> int:
+    """Bytes free for staging images in ``directory`` (0 when it does not exist)."""
+    try:
+        free = os.statvfs(directory)
+    except OSError:
+        return 0
+    return free.f_bavail * free.f_frsize
+
+
 @contextlib.contextmanager
 def scratch_image(directory: str, size: int) -> Iterator[str]:
-    free = os.statvfs(directory)
-    available = free.f_bavail * free.f_frsize
+    available = scratch_room(directory)
     if available < size:
         raise Failure(
             f"scratch directory {directory} has {available} bytes free but a partition of "

@@ -214,3 +214,41 @@ def test_program_runs_without_the_venv(source: Path) -> None:
             check=False,
         )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_btrfs_without_scratch_room_is_copied_raw(tmp_path: Path) -> None:
+    """--method allocated never fails for lack of scratch space: btrfs falls back to raw."""
+    disk = images.build_btrfs(tmp_path / "btrfs.img")
+    target = blank_like(disk.path, tmp_path / "target.img")
+    with (
+        _tiny_tmpfs(tmp_path) as scratch,
+        attached(disk.path) as src,
+        attached(target) as dst,
+    ):
+        run = sparsecopy("copy", src, dst, "--verify", "--scratch", str(scratch))
+    assert run.returncode == 0, run.stderr
+    (part,) = run.summary["partitions"]
+    assert (part["fs"], part["method"]) == ("btrfs", "raw")
+    assert "too little to trim" in part["note"]
+    copy = images.DiskImage(target, disk.size, disk.table, disk.partitions)
+    assert images.file_hashes(copy, 1) == disk.files[1]
+
+
+def test_progress_goes_to_stderr_and_only_the_summary_to_stdout(
+    source: Path, tmp_path: Path
+) -> None:
+    target = blank_like(source, tmp_path / "target.img")
+    with attached(source) as src, attached(target) as dst:
+        run = sparsecopy("copy", src, dst)
+    assert run.returncode == 0, run.stderr
+    assert set(run.summary) >= {
+        "source_bytes_read",
+        "target_bytes_written",
+        "partitions",
+        "verified",
+        "seconds",
+    }
+    assert run.summary["verified"] is False  # not asked to verify
+    final = [line for line in run.stderr.splitlines() if "copy: 100.0%" in line]
+    assert final, run.stderr
+    assert "/s, ETA " in final[-1] and " of " in final[-1]
