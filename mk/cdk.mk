@@ -1,6 +1,20 @@
-# Targets of the cdk area (owned by whoever works on it).
-.PHONY: lint-cdk test-cdk
+# Targets of the cdk area: the CDK app (bin/, lib/), its jest tests (test/cdk/) and the Command document.
+.PHONY: lint-cdk test-cdk synth
+CDK_TS := bin lib test/cdk
+CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc cdk.json
+
 lint-cdk: setup
-	@echo "lint-cdk: nothing yet"
+	npx tsc --noEmit -p tsconfig.json
+	npx eslint --max-warnings 0 $(CDK_TS)
+	npx prettier --check $(CDK_TS) $(CDK_CONFIG)
+
+# jest never updates snapshots here (--ci); `npm run test:update-snapshots` is the only way to.
+# The synth runs the cdk-nag checks: an unacknowledged finding fails it.
 test-cdk: setup
-	@echo "test-cdk: nothing yet"
+	npx jest --ci
+	$(MAKE) --no-print-directory synth
+	$(VENV)/bin/cfn-lint --non-zero-exit-code error cdk.out/*.template.json
+
+synth: setup
+	rm -rf cdk.out
+	npx cdk synth --quiet --output cdk.out

@@ -1,0 +1,146 @@
+import { ArnFormat, CfnOutput, RemovalPolicy, Stack, StackProps, Tags } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as ssm from 'aws-cdk-lib/aws-ssm';
+import { Construct } from 'constructs';
+import { CompactVolumesDocument } from './command-document';
+import { acknowledgeNagFindings } from './nag-acknowledgements';
+import { transferNetwork } from './network';
+import { Settings } from './settings';
+import { TaskFunctions } from './task-functions';
+import { TaskRole } from './task-role';
+import { TransferInstance } from './transfer-instance';
+import { Triggers } from './triggers';
+import { CompactionWorkflow } from './workflow';
+
+export interface CompactorStackProps extends StackProps {
+  readonly settings: Settings;
+}
+
+export class CompactorStack extends Stack {
+  public readonly workflow: CompactionWorkflow;
+
+  constructor(scope: Construct, id: string, props: CompactorStackProps) {
+    super(scope, id, { ...props, stackName: props.settings.stackName });
+    const settings = props.settings;
+    Tags.of(this).add('ebs-snapshot-compactor:managed-by', settings.stackName);
+    const retention = settings.logRetentionDays as logs.RetentionDays;
+
+    const network = transferNetwork(this, settings);
+    const commandLogGroup = new logs.LogGroup(this, 'CommandLogs', {
+      retention,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    const transfer = new TransferInstance(this, 'TransferInstance', {
+      vpc: network.vpc,
+      architecture: settings.architecture,
+      commandLogGroup,
+    });
+    const document = new CompactVolumesDocument(this, 'CompactVolumesDocument');
+
+    const taskRole = new TaskRole(this, 'TaskRole', {
+      stackName: settings.stackName,
+      subnetIds: network.subnetIds,
+      securityGroupId: transfer.securityGroup.securityGroupId,
+      launchTemplateId: transfer.launchTemplate.launchTemplateId!,
+      amiParameterName: transfer.amiParameterName,
+      instanceRole: transfer.role,
+      documentName: document.documentName,
+      commandLogGroupArn: commandLogGroup.logGroupArn,
+      kmsKeyArns: settings.kmsKeyArns ?? [
+        this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),
+      ],
+    });
+    const tasks = new TaskFunctions(this, 'Tasks', {
+      role: taskRole.role,
+      logRetention: retention,
+      powertoolsLayerArn: settings.powertoolsLayerArn,
+      environment: {
+        STACK_NAME: settings.stackName,
+        SUBNET_IDS: network.subnetIds.join(','),
+        LAUNCH_TEMPLATE_ID: transfer.launchTemplate.launchTemplateId!,
+        INSTANCE_TYPES: settings.instanceTypes.join(','),
+        ALLOW_ON_DEMAND: String(settings.allowOnDemand),
+        SOURCE_VOLUME_IOPS: String(settings.sourceVolumeIops),
+        SOURCE_VOLUME_THROUGHPUT: String(settings.sourceVolumeThroughput),
+        VOLUME_INITIALIZATION_RATE: String(settings.volumeInitializationRate),
+        MAX_VOLUME_GIB: String(settings.maxVolumeGiB),
+        DOCUMENT_NAME: document.documentName,
+        COMMAND_LOG_GROUP: commandLogGroup.logGroupName,
+        EVENT_BUS_NAME: 'default',
+        TRIGGER_TAG_KEY: settings.triggerTagKey,
+        MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
+      },
+    });
+    taskRole.allowLogging(tasks.logGroups.map((group) => group.logGroupArn));
+
+    const workflowLogGroup = new logs.LogGroup(this, 'WorkflowLogs', {
+      retention,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    this.workflow = new CompactionWorkflow(this, 'Workflow', {
+      settings,
+      functions: tasks.functions,
+      logGroup: workflowLogGroup,
+    });
+    const stateMachine = this.workflow.stateMachine;
+
+    const triggers = new Triggers(this, 'Triggers', {
+      stateMachine,
+      triggerTagKey: settings.triggerTagKey,
+      teardownFunction: tasks.functions.teardown,
+    });
+
+    const arnParameter = new ssm.StringParameter(this, 'StateMachineArnParameter', {
+      parameterName: `/ebs-snapshot-compactor/${settings.stackName}/state-machine-arn`,
+      stringValue: stateMachine.stateMachineArn,
+      description: 'ARN of the ebs-snapshot-compactor state machine, for pipelines that start compactions',
+    });
+    const executions = this.formatArn({
+      service: 'states',
+      resource: 'execution',
+      resourceName: `${stateMachine.stateMachineName}:*`,
+      arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+    });
+    const pipelinePolicy = new iam.ManagedPolicy(this, 'StartCompactionsPolicy', {
+      description: `Lets a pipeline start, watch and stop compactions of ${settings.stackName}`,
+      statements: [
+        new iam.PolicyStatement({
+          sid: 'StartCompactions',
+          actions: ['states:StartExecution'],
+          resources: [stateMachine.stateMachineArn],
+        }),
+        new iam.PolicyStatement({
+          sid: 'WatchAndStopCompactions',
+          actions: ['states:DescribeExecution', 'states:StopExecution', 'states:GetExecutionHistory'],
+          resources: [executions],
+        }),
+        new iam.PolicyStatement({
+          sid: 'FindTheStateMachine',
+          actions: ['ssm:GetParameter'],
+          resources: [arnParameter.parameterArn],
+        }),
+      ],
+    });
+
+    new CfnOutput(this, 'StateMachineArn', {
+      value: stateMachine.stateMachineArn,
+      exportName: `${settings.stackName}-StateMachineArn`,
+      description: 'Start compactions here (StartExecution)',
+    });
+    new CfnOutput(this, 'StateMachineArnParameterName', { value: arnParameter.parameterName });
+    new CfnOutput(this, 'StartCompactionsPolicyArn', { value: pipelinePolicy.managedPolicyArn });
+    new CfnOutput(this, 'CommandLogGroupName', { value: commandLogGroup.logGroupName });
+    new CfnOutput(this, 'TagTriggerDeadLetterQueueUrl', { value: triggers.deadLetterQueue.queueUrl });
+
+    acknowledgeNagFindings({
+      taskRole: taskRole.role,
+      taskFunctions: Object.values(tasks.functions),
+      instanceRole: transfer.role,
+      stateMachine,
+      pipelinePolicy,
+      deadLetterQueue: triggers.deadLetterQueue,
+      createdVpc: network.createdVpc,
+    });
+  }
+}

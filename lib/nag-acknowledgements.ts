@@ -1,0 +1,126 @@
+import { CfnElement, Stack, Validations } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
+import { IConstruct } from 'constructs';
+
+/**
+ * Every cdk-nag (AwsSolutions) finding this stack accepts, each with its reason; docs/deploy.md lists
+ * them for reviewers. Acknowledgements name the exact finding where cdk-nag gives one, so a new wildcard
+ * is reported instead of silently covered.
+ */
+export interface NagAcknowledgementTargets {
+  readonly taskRole: iam.Role;
+  readonly taskFunctions: lambda.Function[];
+  readonly instanceRole: iam.Role;
+  readonly stateMachine: sfn.StateMachine;
+  readonly pipelinePolicy: iam.ManagedPolicy;
+  readonly deadLetterQueue: sqs.Queue;
+  /** Only when the stack created the VPC. */
+  readonly createdVpc?: ec2.Vpc;
+}
+
+const NAG = 'AwsSolutions::AwsSolutions-';
+
+function ack(scope: IConstruct, rule: string, reason: string): void {
+  Validations.of(scope).acknowledge({ id: `${NAG}${rule}`, reason });
+}
+
+export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
+  const tagScoped =
+    'Resource ids are not known before the workflow creates them; the statement is limited by ' +
+    'aws:RequestTag/aws:ResourceTag ebs-snapshot-compactor:stack = this stack (see lib/task-role.ts).';
+  for (const resource of ['instance', 'volume', 'spot-instances-request', 'network-interface']) {
+    ack(
+      t.taskRole,
+      `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:${resource}/*]`,
+      resource === 'network-interface'
+        ? 'RunInstances creates the network interface of the transfer instance; the instance itself must carry the stack tag.'
+        : tagScoped,
+    );
+  }
+  for (const resource of ['snapshot', 'image']) {
+    ack(
+      t.taskRole,
+      `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::${resource}/*]`,
+      `Source ${resource}s may belong to any account (shared or public), so they cannot be listed; changing ` +
+        `or deleting ${resource}s is limited to those tagged with this stack.`,
+    );
+  }
+  ack(
+    t.taskRole,
+    'IAM5[Resource::*]',
+    'Describe*/Get* calls of EC2 and SSM (DescribeSnapshots, GetCommandInvocation, ...) and X-Ray ' +
+      'PutTraceSegments do not support resource-level permissions.',
+  );
+  ack(
+    t.taskRole,
+    'IAM5[Action::kms:ReEncrypt*]',
+    'EBS needs ReEncryptFrom and ReEncryptTo to create a volume or snapshot under another key; only via EC2.',
+  );
+  ack(
+    t.taskRole,
+    'IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]',
+    'Default of the kmsKeyArns setting: any key of this account, but only through EC2 (kms:ViaService), ' +
+      'and key policies still decide. Set kmsKeyArns to list the keys instead.',
+  );
+  ack(
+    t.instanceRole,
+    'IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]',
+    'The AWS-maintained minimum for an SSM-managed instance; it follows SSM agent changes.',
+  );
+  ack(
+    t.instanceRole,
+    'IAM5[Resource::*]',
+    'The SSM agent calls logs:DescribeLogGroups before writing Command output, which has no resource-level permission.',
+  );
+  for (const fn of t.taskFunctions) {
+    ack(
+      fn,
+      'L1',
+      'Python 3.13 matches the public Powertools layer used (python3.13) and the runtime the Lambda package is typed and tested for.',
+    );
+  }
+  ack(
+    t.stateMachine,
+    'IAM5[Resource::*]',
+    'Granted by CDK for X-Ray tracing and CloudWatch Logs delivery, which have no resource-level permissions.',
+  );
+  for (const fn of t.taskFunctions) {
+    ack(
+      t.stateMachine,
+      `IAM5[Resource::<${logicalId(fn)}.Arn>:*]`,
+      'Granted by CDK: invoke of this task function with any version qualifier (<function arn>:*).',
+    );
+  }
+  ack(
+    t.pipelinePolicy,
+    `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(t.stateMachine)}.Name>:*]`,
+    'Executions are named by the caller, so the statement covers the executions of this one state machine.',
+  );
+  ack(
+    t.deadLetterQueue,
+    'SQS3',
+    'This queue is the dead-letter queue of the EventBridge targets; a dead-letter queue of its own would add nothing.',
+  );
+  if (t.createdVpc) {
+    ack(
+      t.createdVpc,
+      'VPC7',
+      'The created VPC carries only HTTPS from short-lived transfer instances to the SSM/Logs/S3 endpoints; ' +
+        'pass vpcId/subnetIds to use a VPC with your own flow logs.',
+    );
+    ack(
+      t.createdVpc,
+      'EC23',
+      'Interface endpoint security groups accept HTTPS from the VPC CIDR only (CDK default); cdk-nag cannot resolve the CIDR token.',
+    );
+  }
+}
+
+function logicalId(construct: IConstruct): string {
+  const stack = Stack.of(construct);
+  return stack.resolve(stack.getLogicalId(construct.node.defaultChild as CfnElement)) as string;
+}

@@ -1,0 +1,256 @@
+/**
+ * Deploy-time settings, read from CDK context (`cdk.json` or `-c key=value`) and validated at synth so a
+ * bad value fails before anything reaches CloudFormation. docs/deploy.md documents every key.
+ */
+
+export type Architecture = 'x86_64' | 'arm64';
+
+export interface PollLoopSettings {
+  /** Seconds the Wait state sleeps between two calls of the task. */
+  readonly intervalSeconds: number;
+  /** Calls of the task before the loop gives up with its timeout error. */
+  readonly maxAttempts: number;
+}
+
+export interface Settings {
+  readonly stackName: string;
+  /** Both given: use this VPC and these subnets; both absent: the stack creates a small private VPC. */
+  readonly vpcId?: string;
+  readonly subnetIds?: string[];
+  readonly instanceTypes: string[];
+  readonly architecture: Architecture;
+  readonly allowOnDemand: boolean;
+  readonly sourceVolumeIops: number;
+  readonly sourceVolumeThroughput: number;
+  /** MiB/s; 0 = do not ask for a provisioned initialization rate. */
+  readonly volumeInitializationRate: number;
+  readonly maxVolumeGiB: number;
+  readonly triggerTagKey: string;
+  readonly maxLaunchAttempts: number;
+  readonly readyPoll: PollLoopSettings;
+  readonly compactionPoll: PollLoopSettings;
+  readonly snapshotPoll: PollLoopSettings;
+  readonly teardownPoll: PollLoopSettings;
+  readonly stateMachineTimeoutMinutes: number;
+  /** Keys the workflow may use through EC2; undefined = every key of this account and Region. */
+  readonly kmsKeyArns?: string[];
+  /** Undefined = the public Powertools layer named by its SSM parameter, resolved at deploy. */
+  readonly powertoolsLayerArn?: string;
+  readonly logRetentionDays: number;
+}
+
+/** Nitro types with EBS bandwidth that is not credit-based; see docs/deploy.md for why. */
+export const DEFAULT_INSTANCE_TYPES: Record<Architecture, string[]> = {
+  x86_64: ['m7i.large', 'm6i.large', 'c6i.large', 'm5.large', 'c5.large'],
+  arm64: ['m7g.large', 'm6g.large', 'c7g.large', 'c6g.large', 'r6g.large'],
+};
+
+/** Step Functions fails an execution at 25,000 history events, without running the teardown. */
+export const HISTORY_EVENT_LIMIT = 25_000;
+/** Events of one poll iteration: Wait (2) + Lambda task (5) + counter Pass (2) + Choice (2). */
+export const EVENTS_PER_POLL_ITERATION = 11;
+/** Generous allowance for the states outside poll loops. */
+export const EVENTS_OUTSIDE_LOOPS = 400;
+
+/** CloudWatch Logs accepts only these retention periods. */
+const LOG_RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+];
+
+export class SettingsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SettingsError';
+  }
+}
+
+/** What the settings reader needs from a construct node: `app.node` fits. */
+export interface ContextSource {
+  tryGetContext(key: string): unknown;
+}
+
+export function readSettings(context: ContextSource): Settings {
+  const reader = new ContextReader(context);
+  const architecture = reader.oneOf('architecture', ['x86_64', 'arm64'] as const, 'x86_64');
+  const vpcId = reader.optionalString('vpcId', /^vpc-[0-9a-f]{8,17}$/, 'a VPC id like vpc-0123456789abcdef0');
+  const subnetIds = reader.optionalList(
+    'subnetIds',
+    /^subnet-[0-9a-f]{8,17}$/,
+    'subnet ids like subnet-0123456789abcdef0',
+  );
+  if ((vpcId === undefined) !== (subnetIds === undefined)) {
+    throw new SettingsError(
+      'Context "vpcId" and "subnetIds" go together: give both (use your VPC) or neither (the stack creates one).',
+    );
+  }
+  const sourceVolumeIops = reader.integer('sourceVolumeIops', 16000, 3000, 80000);
+  const sourceVolumeThroughput = reader.integer('sourceVolumeThroughput', 1000, 125, 2000);
+  if (sourceVolumeThroughput > sourceVolumeIops / 4) {
+    throw new SettingsError(
+      `Context "sourceVolumeThroughput" ${sourceVolumeThroughput} MiB/s needs at least ${sourceVolumeThroughput * 4} ` +
+        `IOPS (gp3 allows 0.25 MiB/s per IOPS); raise "sourceVolumeIops" (now ${sourceVolumeIops}) or lower the throughput.`,
+    );
+  }
+  const volumeInitializationRate = reader.integer('volumeInitializationRate', 0, 0, 300);
+  if (volumeInitializationRate !== 0 && volumeInitializationRate < 100) {
+    throw new SettingsError(
+      `Context "volumeInitializationRate" must be 0 (off) or 100-300 MiB/s, got ${volumeInitializationRate}.`,
+    );
+  }
+  const settings: Settings = {
+    stackName: reader.string(
+      'stackName',
+      'EbsSnapshotCompactor',
+      /^[A-Za-z][A-Za-z0-9-]{0,63}$/,
+      'letters, digits and hyphens, starting with a letter, at most 64 characters',
+    ),
+    vpcId,
+    subnetIds,
+    instanceTypes: reader.list(
+      'instanceTypes',
+      DEFAULT_INSTANCE_TYPES[architecture],
+      /^[a-z][a-z0-9-]*\.[a-z0-9]+$/,
+      'instance types like m7i.large',
+    ),
+    architecture,
+    allowOnDemand: reader.boolean('allowOnDemand', true),
+    sourceVolumeIops,
+    sourceVolumeThroughput,
+    volumeInitializationRate,
+    maxVolumeGiB: reader.integer('maxVolumeGiB', 16384, 1, 65536),
+    triggerTagKey: reader.string(
+      'triggerTagKey',
+      'compact',
+      /^(?!aws:)(?!ebs-snapshot-compactor:)[\p{L}\p{Z}\p{N}_.:/=+\-@]{1,128}$/u,
+      'a tag key of at most 128 characters that does not start with "aws:" or "ebs-snapshot-compactor:"',
+    ),
+    maxLaunchAttempts: reader.integer('maxLaunchAttempts', 3, 1, 10),
+    readyPoll: reader.pollLoop('readyPoll', 15, 40),
+    compactionPoll: reader.pollLoop('compactionPoll', 120, 360),
+    snapshotPoll: reader.pollLoop('snapshotPoll', 120, 360),
+    teardownPoll: reader.pollLoop('teardownPoll', 15, 40),
+    stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes', 2880, 10, 525600),
+    kmsKeyArns: reader.optionalList(
+      'kmsKeyArns',
+      /^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key\/[A-Za-z0-9*-]+$/,
+      'KMS key ARNs like arn:aws:kms:us-east-1:111122223333:key/<key id>',
+    ),
+    powertoolsLayerArn: reader.optionalString(
+      'powertoolsLayerArn',
+      /^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$/,
+      'a Lambda layer version ARN',
+    ),
+    logRetentionDays: reader.integer('logRetentionDays', 90, 1, 3653),
+  };
+  if (!LOG_RETENTION_DAYS.includes(settings.logRetentionDays)) {
+    throw new SettingsError(
+      `Context "logRetentionDays" must be one of ${LOG_RETENTION_DAYS.join(', ')} (what CloudWatch Logs accepts), got ${settings.logRetentionDays}.`,
+    );
+  }
+  checkHistoryBudget(settings);
+  return settings;
+}
+
+/**
+ * Worst case: every launch attempt waits, compacts and tears down to its bound, then the snapshot loop and
+ * two teardowns (success, then a failed report) run to theirs.
+ */
+export function worstCaseHistoryEvents(s: Settings): number {
+  const perLaunch = s.readyPoll.maxAttempts + s.compactionPoll.maxAttempts + s.teardownPoll.maxAttempts;
+  const iterations =
+    s.maxLaunchAttempts * perLaunch + s.snapshotPoll.maxAttempts + 2 * s.teardownPoll.maxAttempts;
+  return iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS;
+}
+
+function checkHistoryBudget(s: Settings): void {
+  const events = worstCaseHistoryEvents(s);
+  if (events > HISTORY_EVENT_LIMIT) {
+    throw new SettingsError(
+      `The poll bounds allow ${events} history events in the worst case, over the Step Functions limit of ` +
+        `${HISTORY_EVENT_LIMIT} (an execution that hits it fails without tearing down). Lower the *PollMaxAttempts ` +
+        'settings or maxLaunchAttempts, and raise the matching *PollSeconds to keep the same total time.',
+    );
+  }
+}
+
+/** Context values arrive as strings from `-c key=value` and as JSON values from cdk.json. */
+class ContextReader {
+  constructor(private readonly context: ContextSource) {}
+
+  private raw(key: string): unknown {
+    const value = this.context.tryGetContext(key);
+    return value === '' || value === null ? undefined : value;
+  }
+
+  string(key: string, fallback: string, pattern: RegExp, what: string): string {
+    return this.optionalString(key, pattern, what) ?? fallback;
+  }
+
+  optionalString(key: string, pattern: RegExp, what: string): string | undefined {
+    const value = this.raw(key);
+    if (value === undefined) return undefined;
+    if (typeof value !== 'string' || !pattern.test(value)) {
+      throw new SettingsError(`Context "${key}" must be ${what}, got ${JSON.stringify(value)}.`);
+    }
+    return value;
+  }
+
+  list(key: string, fallback: string[], pattern: RegExp, what: string): string[] {
+    return this.optionalList(key, pattern, what) ?? fallback;
+  }
+
+  optionalList(key: string, pattern: RegExp, what: string): string[] | undefined {
+    const value = this.raw(key);
+    if (value === undefined) return undefined;
+    const items = Array.isArray(value) ? value : typeof value === 'string' ? value.split(',') : undefined;
+    const trimmed = items?.map((item) => (typeof item === 'string' ? item.trim() : item));
+    if (
+      !trimmed ||
+      trimmed.length === 0 ||
+      trimmed.some((item) => typeof item !== 'string' || !pattern.test(item))
+    ) {
+      throw new SettingsError(
+        `Context "${key}" must be a comma-separated list (or JSON array) of ${what}, got ${JSON.stringify(value)}.`,
+      );
+    }
+    return trimmed as string[];
+  }
+
+  integer(key: string, fallback: number, min: number, max: number): number {
+    const value = this.raw(key);
+    if (value === undefined) return fallback;
+    const parsed = typeof value === 'number' ? value : typeof value === 'string' ? Number(value.trim()) : NaN;
+    if (!Number.isInteger(parsed) || parsed < min || parsed > max) {
+      throw new SettingsError(
+        `Context "${key}" must be a whole number from ${min} to ${max}, got ${JSON.stringify(value)}.`,
+      );
+    }
+    return parsed;
+  }
+
+  boolean(key: string, fallback: boolean): boolean {
+    const value = this.raw(key);
+    if (value === undefined) return fallback;
+    if (value === true || value === 'true') return true;
+    if (value === false || value === 'false') return false;
+    throw new SettingsError(`Context "${key}" must be true or false, got ${JSON.stringify(value)}.`);
+  }
+
+  oneOf<T extends string>(key: string, allowed: readonly T[], fallback: T): T {
+    const value = this.raw(key);
+    if (value === undefined) return fallback;
+    if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value)) {
+      throw new SettingsError(
+        `Context "${key}" must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}.`,
+      );
+    }
+    return value as T;
+  }
+
+  pollLoop(prefix: string, intervalSeconds: number, maxAttempts: number): PollLoopSettings {
+    return {
+      intervalSeconds: this.integer(`${prefix}Seconds`, intervalSeconds, 5, 3600),
+      maxAttempts: this.integer(`${prefix}MaxAttempts`, maxAttempts, 1, 5000),
+    };
+  }
+}

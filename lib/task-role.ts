@@ -1,0 +1,222 @@
+import { Stack } from 'aws-cdk-lib';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { Construct } from 'constructs';
+
+export const STACK_TAG = 'ebs-snapshot-compactor:stack';
+
+export interface TaskRoleProps {
+  readonly stackName: string;
+  readonly subnetIds: string[];
+  readonly securityGroupId: string;
+  readonly launchTemplateId: string;
+  readonly amiParameterName: string;
+  readonly instanceRole: iam.IRole;
+  readonly documentName: string;
+  readonly commandLogGroupArn: string;
+  /** Keys the workflow may use through EC2. */
+  readonly kmsKeyArns: string[];
+}
+
+/**
+ * The one role of the task Lambdas. Everything that creates resources must tag them with the stack tag
+ * (aws:RequestTag) and everything that changes or deletes resources needs that tag on them
+ * (aws:ResourceTag), so the functions cannot touch anything this stack did not make.
+ */
+export class TaskRole extends Construct {
+  public readonly role: iam.Role;
+
+  constructor(scope: Construct, id: string, props: TaskRoleProps) {
+    super(scope, id);
+    const stack = Stack.of(this);
+    const ec2Arn = (resource: string, account: string = stack.account) =>
+      stack.formatArn({ service: 'ec2', resource, resourceName: '*', account });
+    const requestTagged = { StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: props.stackName } };
+    const resourceTagged = { StringEquals: { [`aws:ResourceTag/${STACK_TAG}`]: props.stackName } };
+    const statements: iam.PolicyStatement[] = [
+      new iam.PolicyStatement({
+        sid: 'Describe',
+        actions: [
+          'ec2:DescribeSnapshots',
+          'ec2:DescribeSnapshotAttribute',
+          'ec2:DescribeImages',
+          'ec2:DescribeImageAttribute',
+          'ec2:DescribeInstances',
+          'ec2:DescribeInstanceStatus',
+          'ec2:DescribeInstanceTypes',
+          'ec2:DescribeVolumes',
+          'ec2:DescribeSubnets',
+          'ec2:DescribeAvailabilityZones',
+          'ec2:DescribeLaunchTemplateVersions',
+          'ec2:DescribeFastSnapshotRestores',
+          'ec2:DescribeTags',
+          'ec2:GetEbsEncryptionByDefault',
+          'ec2:GetEbsDefaultKmsKeyId',
+          'ssm:DescribeInstanceInformation',
+          'ssm:GetCommandInvocation',
+          'ssm:ListCommandInvocations',
+        ],
+        resources: ['*'],
+      }),
+      new iam.PolicyStatement({
+        sid: 'ListSnapshotBlocks',
+        actions: ['ebs:ListSnapshotBlocks'],
+        resources: [
+          stack.formatArn({ service: 'ec2', resource: 'snapshot', resourceName: '*', account: '' }),
+        ],
+      }),
+      new iam.PolicyStatement({
+        sid: 'CreateTaggedInstancesAndVolumes',
+        actions: ['ec2:RunInstances', 'ec2:CreateVolume'],
+        resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('spot-instances-request')],
+        conditions: requestTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'RunInstancesWithTheStacksTemplateNetworkAndAnySnapshotOrImage',
+        actions: ['ec2:RunInstances'],
+        resources: [
+          ...props.subnetIds.map((subnetId) =>
+            stack.formatArn({ service: 'ec2', resource: 'subnet', resourceName: subnetId }),
+          ),
+          stack.formatArn({
+            service: 'ec2',
+            resource: 'security-group',
+            resourceName: props.securityGroupId,
+          }),
+          stack.formatArn({
+            service: 'ec2',
+            resource: 'launch-template',
+            resourceName: props.launchTemplateId,
+          }),
+          ec2Arn('network-interface'),
+          // Images and snapshots may belong to other accounts (public AL2023 AMIs, shared snapshots).
+          ec2Arn('image', ''),
+          ec2Arn('snapshot', ''),
+        ],
+      }),
+      new iam.PolicyStatement({
+        sid: 'ResolveTheAmiParameterOfTheLaunchTemplate',
+        actions: ['ssm:GetParameters', 'ssm:GetParameter'],
+        resources: [
+          stack.formatArn({
+            service: 'ssm',
+            resource: 'parameter',
+            resourceName: props.amiParameterName.replace(/^\//, ''),
+            account: '',
+          }),
+        ],
+      }),
+      new iam.PolicyStatement({
+        sid: 'TagOnlyWhileCreating',
+        actions: ['ec2:CreateTags'],
+        resources: [
+          ec2Arn('instance'),
+          ec2Arn('volume'),
+          ec2Arn('spot-instances-request'),
+          ec2Arn('snapshot', ''),
+          ec2Arn('image', ''),
+        ],
+        conditions: {
+          StringEquals: {
+            'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
+          },
+        },
+      }),
+      new iam.PolicyStatement({
+        sid: 'SnapshotTheStacksVolumes',
+        actions: ['ec2:CreateSnapshot'],
+        resources: [ec2Arn('volume')],
+        conditions: resourceTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'CreateTaggedSnapshotsAndImages',
+        actions: ['ec2:CreateSnapshot', 'ec2:RegisterImage'],
+        resources: [ec2Arn('snapshot', ''), ec2Arn('image', '')],
+        conditions: requestTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'RegisterImagesFromTheStacksSnapshots',
+        actions: ['ec2:RegisterImage'],
+        resources: [ec2Arn('snapshot', '')],
+        conditions: resourceTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'ChangeOnlyTheStacksResources',
+        actions: [
+          'ec2:TerminateInstances',
+          'ec2:AttachVolume',
+          'ec2:DetachVolume',
+          'ec2:DeleteVolume',
+          'ec2:DeleteSnapshot',
+          'ec2:DeregisterImage',
+          'ec2:EnableFastSnapshotRestores',
+          'ec2:DisableFastSnapshotRestores',
+        ],
+        resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('snapshot', ''), ec2Arn('image', '')],
+        conditions: resourceTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'PassOnlyTheTransferInstanceRoleToEc2',
+        actions: ['iam:PassRole'],
+        resources: [props.instanceRole.roleArn],
+        conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'SendTheCompactionDocument',
+        actions: ['ssm:SendCommand'],
+        resources: [
+          stack.formatArn({ service: 'ssm', resource: 'document', resourceName: props.documentName }),
+        ],
+      }),
+      new iam.PolicyStatement({
+        sid: 'SendCommandsOnlyToTheStacksInstances',
+        actions: ['ssm:SendCommand'],
+        resources: [ec2Arn('instance')],
+        conditions: { StringEquals: { [`ssm:resourceTag/${STACK_TAG}`]: props.stackName } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'ReadCommandOutput',
+        actions: ['logs:GetLogEvents', 'logs:FilterLogEvents', 'logs:DescribeLogStreams'],
+        resources: [props.commandLogGroupArn],
+      }),
+      new iam.PolicyStatement({
+        sid: 'UseKeysOnlyThroughEc2',
+        actions: [
+          'kms:Decrypt',
+          'kms:Encrypt',
+          'kms:ReEncrypt*',
+          'kms:GenerateDataKeyWithoutPlaintext',
+          'kms:DescribeKey',
+          'kms:CreateGrant',
+        ],
+        resources: props.kmsKeyArns,
+        conditions: { StringEquals: { 'kms:ViaService': `ec2.${stack.region}.amazonaws.com` } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'CheckKeysBeforeLaunching',
+        actions: ['kms:DescribeKey'],
+        resources: props.kmsKeyArns,
+      }),
+      new iam.PolicyStatement({
+        sid: 'PublishCompletionEvents',
+        actions: ['events:PutEvents'],
+        resources: [stack.formatArn({ service: 'events', resource: 'event-bus', resourceName: 'default' })],
+      }),
+    ];
+    this.role = new iam.Role(this, 'Role', {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: 'ebs-snapshot-compactor task Lambdas: acts only on resources tagged with this stack',
+      inlinePolicies: { Tasks: new iam.PolicyDocument({ statements }) },
+    });
+  }
+
+  /** Lets the functions write to their own log groups and nowhere else (the ARNs end in :*). */
+  allowLogging(logGroupArns: string[]): void {
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'WriteOwnLogs',
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: logGroupArns,
+      }),
+    );
+  }
+}

@@ -1,0 +1,87 @@
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { Construct } from 'constructs';
+import { Architecture } from './settings';
+
+export const AL2023_AMI_PARAMETER: Record<Architecture, string> = {
+  x86_64: '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64',
+  arm64: '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64',
+};
+
+export interface TransferInstanceProps {
+  readonly vpc: ec2.IVpc;
+  readonly architecture: Architecture;
+  /** Where the SSM agent sends the Command document's output. */
+  readonly commandLogGroup: logs.ILogGroup;
+}
+
+/**
+ * Everything a transfer instance is launched with except its type, subnet, market and data volumes,
+ * which the `launch` task chooses per attempt.
+ */
+export class TransferInstance extends Construct {
+  public readonly role: iam.Role;
+  public readonly securityGroup: ec2.SecurityGroup;
+  public readonly launchTemplate: ec2.LaunchTemplate;
+  public readonly amiParameterName: string;
+
+  constructor(scope: Construct, id: string, props: TransferInstanceProps) {
+    super(scope, id);
+    this.role = new iam.Role(this, 'Role', {
+      assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
+      description:
+        'ebs-snapshot-compactor transfer instance: SSM-managed, writes Command output to its log group',
+      managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('AmazonSSMManagedInstanceCore')],
+    });
+    // The SSM agent checks for the log group, then creates a stream per command and writes to it.
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents', 'logs:DescribeLogStreams'],
+        resources: [props.commandLogGroup.logGroupArn],
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['logs:DescribeLogGroups'],
+        resources: ['*'],
+      }),
+    );
+
+    this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc: props.vpc,
+      description:
+        'ebs-snapshot-compactor transfer instances: no inbound; HTTPS out to the SSM, Logs and S3 endpoints',
+      allowAllOutbound: false,
+    });
+    this.securityGroup.addEgressRule(
+      ec2.Peer.anyIpv4(),
+      ec2.Port.tcp(443),
+      'HTTPS to AWS APIs (SSM, Logs, S3)',
+    );
+
+    this.amiParameterName = AL2023_AMI_PARAMETER[props.architecture];
+    this.launchTemplate = new ec2.LaunchTemplate(this, 'LaunchTemplate', {
+      // resolve:ssm: in the template: every launch gets the AMI that is latest at that moment.
+      machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(this.amiParameterName, {
+        os: ec2.OperatingSystemType.LINUX,
+      }),
+      role: this.role,
+      securityGroup: this.securityGroup,
+      httpTokens: ec2.LaunchTemplateHttpTokens.REQUIRED,
+      httpPutResponseHopLimit: 1,
+      httpEndpoint: true,
+      instanceInitiatedShutdownBehavior: ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
+      blockDevices: [
+        {
+          deviceName: '/dev/xvda',
+          volume: ec2.BlockDeviceVolume.ebs(8, {
+            encrypted: true,
+            volumeType: ec2.EbsDeviceVolumeType.GP3,
+            deleteOnTermination: true,
+          }),
+        },
+      ],
+    });
+  }
+}

@@ -1,0 +1,178 @@
+import { Duration } from 'aws-cdk-lib';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
+import { Construct } from 'constructs';
+import { PollLoopSettings } from './settings';
+
+/** Errors of the Lambda service itself (not of the handler): always worth a retry. */
+export const LAMBDA_SERVICE_ERRORS = [
+  'Lambda.ServiceException',
+  'Lambda.AWSLambdaException',
+  'Lambda.SdkClientException',
+  'Lambda.TooManyRequestsException',
+  'Lambda.ClientExecutionTimeoutException',
+];
+
+/** Keys of `$.timings` (docs/contract.md): `start` plus one per phase. */
+export const PHASES = [
+  'prepare',
+  'launch',
+  'waitReady',
+  'compaction',
+  'snapshot',
+  'registerImage',
+  'fastSnapshotRestore',
+  'teardown',
+  'report',
+] as const;
+export type Phase = (typeof PHASES)[number];
+
+/** Keys of `$.polls`: the call counter of each poll loop. */
+export const POLL_LOOPS = ['ready', 'compaction', 'snapshot', 'teardown'] as const;
+export type PollLoop = (typeof POLL_LOOPS)[number];
+
+/** Where a failed or timed-out step leaves its error and where the execution goes next. */
+export interface ErrorRoute {
+  readonly next: sfn.IChainable;
+  /** `$.error` on the main path; the failure chain keeps the original error and stores later ones apart. */
+  readonly resultPath: string;
+}
+
+/** A Catch for named errors that need their own path (e.g. InstanceLost → relaunch). */
+export interface SpecificCatch {
+  readonly errors: string[];
+  readonly route: ErrorRoute;
+}
+
+export interface PollLoopOptions {
+  /** Prefix of the loop's state names, e.g. "Wait until ready". */
+  readonly name: string;
+  readonly counter: PollLoop;
+  readonly bound: PollLoopSettings;
+  /** Called once per iteration; its retry and catch are already set. */
+  readonly task: sfn.TaskStateBase;
+  /** True when the task reports that the awaited thing happened. */
+  readonly done: sfn.Condition;
+  /** The error the loop fails with when the bound is reached. */
+  readonly timeoutError: string;
+  readonly timeoutCause: string;
+  readonly onTimeout: ErrorRoute;
+  /** Sleep before the first call (true for things that take a while to start). */
+  readonly waitFirst: boolean;
+}
+
+/**
+ * The small set of state shapes the workflow is built from, each defined once: a Lambda task with retry
+ * and catch, a phase timestamp, a bounded poll loop.
+ */
+export class WorkflowBuilder {
+  constructor(private readonly scope: Construct) {}
+
+  /**
+   * A task that invokes the function ARN directly, so the state stores the handler's return value as is,
+   * retries Lambda service errors with backoff, routes the named errors of `specificCatches` their way and
+   * every other error to `onError`.
+   */
+  task(
+    id: string,
+    fn: lambda.IFunction,
+    payload: sfn.TaskInput,
+    resultPath: string,
+    onError: ErrorRoute,
+    specificCatches: SpecificCatch[] = [],
+  ): tasks.LambdaInvoke {
+    const task = new tasks.LambdaInvoke(this.scope, id, {
+      lambdaFunction: fn,
+      payload,
+      payloadResponseOnly: true,
+      retryOnServiceExceptions: false,
+      resultPath,
+    });
+    task.addRetry({
+      errors: LAMBDA_SERVICE_ERRORS,
+      interval: Duration.seconds(2),
+      maxAttempts: 6,
+      backoffRate: 2,
+      maxDelay: Duration.seconds(60),
+      jitterStrategy: sfn.JitterType.FULL,
+    });
+    // Step Functions takes the first matching Catch, and States.ALL must come last.
+    for (const c of specificCatches) {
+      task.addCatch(c.route.next, { errors: c.errors, resultPath: c.route.resultPath });
+    }
+    task.addCatch(onError.next, { errors: [sfn.Errors.ALL], resultPath: onError.resultPath });
+    return task;
+  }
+
+  /** Writes the time the phase began to `$.timings.<phase>` (JSONPath cannot set one key of an object, so it rewrites all of them). */
+  markPhase(id: string, phase: Phase): sfn.Pass {
+    return new sfn.Pass(this.scope, id, {
+      comment: `timings.${phase} = when this phase began`,
+      parameters: Object.fromEntries(
+        ['start', ...PHASES].map((key) => [
+          key,
+          key === phase ? sfn.JsonPath.stateEnteredTime : sfn.JsonPath.stringAt(`$.timings.${key}`),
+        ]),
+      ),
+      resultPath: '$.timings',
+    });
+  }
+
+  /** Sets one counter of `$.polls` (reset to 1 before the first call, or + 1) and keeps the others. */
+  private setCounter(id: string, counter: PollLoop, mode: 'reset' | 'increment'): sfn.Pass {
+    return new sfn.Pass(this.scope, id, {
+      parameters: Object.fromEntries(
+        POLL_LOOPS.map((key) => [
+          key,
+          key !== counter
+            ? sfn.JsonPath.numberAt(`$.polls.${key}`)
+            : mode === 'reset'
+              ? 1
+              : sfn.JsonPath.mathAdd(sfn.JsonPath.numberAt(`$.polls.${key}`), 1),
+        ]),
+      ),
+      resultPath: '$.polls',
+    });
+  }
+
+  /** Puts a fixed `{"Error", "Cause"}` where the route keeps errors, then follows the route. */
+  raise(id: string, error: string, cause: string, route: ErrorRoute, comment?: string): sfn.Pass {
+    const pass = new sfn.Pass(this.scope, id, {
+      comment,
+      parameters: { Error: error, Cause: cause },
+      resultPath: route.resultPath,
+    });
+    pass.next(route.next);
+    return pass;
+  }
+
+  /**
+   * reset counter → [Wait] → task → Choice: done → (chain end) | counter >= bound → timeout error |
+   * otherwise counter + 1 → Wait → task. The state machine timeout bounds the total on top.
+   */
+  pollLoop(o: PollLoopOptions): sfn.Chain {
+    const reset = this.setCounter(`${o.name}: first call`, o.counter, 'reset');
+    const wait = new sfn.Wait(this.scope, `${o.name}: wait`, {
+      time: sfn.WaitTime.duration(Duration.seconds(o.bound.intervalSeconds)),
+    });
+    const increment = this.setCounter(`${o.name}: count call`, o.counter, 'increment');
+    const done = new sfn.Pass(this.scope, `${o.name}: done`);
+    const timedOut = this.raise(
+      `${o.name}: gave up`,
+      o.timeoutError,
+      o.timeoutCause,
+      o.onTimeout,
+      `${o.bound.maxAttempts} calls ${o.bound.intervalSeconds} s apart`,
+    );
+    const check = new sfn.Choice(this.scope, `${o.name}: check`)
+      .when(o.done, done)
+      .when(sfn.Condition.numberGreaterThanEquals(`$.polls.${o.counter}`, o.bound.maxAttempts), timedOut)
+      .otherwise(increment);
+    reset.next(o.waitFirst ? wait : o.task);
+    wait.next(o.task);
+    o.task.next(check);
+    increment.next(wait);
+    return sfn.Chain.custom(reset, [done], done);
+  }
+}
