@@ -168,8 +168,11 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
     except BaseException as exc:
         if writing:
             reason = str(exc) if isinstance(exc, Failure) else f"{type(exc).__name__}: {exc}"
-            _mark_failed(target_fd, reason)
-            log("target marked failed (first 4 KiB overwritten with SPARSECOPY-FAILED)")
+            try:
+                _mark_failed(target_fd, reason)
+                log("target marked failed (first 4 KiB overwritten with SPARSECOPY-FAILED)")
+            except OSError as mark_error:
+                log(f"could not mark the target failed ({mark_error.strerror}): discard it")
         raise
     finally:
         reader.close()
