@@ -8,7 +8,8 @@ lint-dataplane: setup
 	$(VENV)/bin/ruff check $(DATAPLANE_PATHS)
 	$(VENV)/bin/ruff format --check $(DATAPLANE_PATHS)
 	$(VENV)/bin/mypy --python-version 3.10 --strict ssm-documents/sparsecopy
-	$(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports --check-untyped-defs test/dataplane
+	MYPYPATH=ssm-documents $(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports \
+	  --check-untyped-defs test/dataplane
 # Real filesystems on loop devices: needs root (as in CI).
 test-dataplane: setup
 	$(PY) -m pytest test/dataplane -q
