@@ -1,0 +1,78 @@
+import { App } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import { CompactorStack } from '../../lib/compactor-stack';
+import { readSettings } from '../../lib/settings';
+
+/** A synthesized stack with the given CDK context, as the CLI would build it. */
+export function synthTemplate(context: Record<string, unknown> = {}): Template {
+  const app = new App({ context });
+  const stack = new CompactorStack(app, 'Test', { settings: readSettings(app.node) });
+  return Template.fromStack(stack);
+}
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export interface AslState {
+  Type: string;
+  Next?: string;
+  End?: boolean;
+  Resource?: string;
+  Parameters?: Record<string, Json>;
+  ResultPath?: string;
+  Retry?: { ErrorEquals: string[]; MaxAttempts?: number }[];
+  Catch?: { ErrorEquals: string[]; Next: string; ResultPath?: string }[];
+  Choices?: (Record<string, Json> & { Next: string })[];
+  Default?: string;
+  Seconds?: number;
+  ErrorPath?: string;
+  CausePath?: string;
+  OutputPath?: string;
+  Result?: Json;
+}
+
+export interface AslDefinition {
+  StartAt: string;
+  States: Record<string, AslState>;
+}
+
+export const FUNCTION_ARN_PREFIX = 'arn:aws:lambda:us-east-1:111122223333:function:';
+
+/**
+ * The state machine's definition as Step Functions sees it, with each function ARN token replaced by
+ * FUNCTION_ARN_PREFIX + the function's logical id (what the twin does with real ARNs).
+ */
+export function stateMachineDefinition(template: Template): AslDefinition {
+  const machines = Object.values(template.findResources('AWS::StepFunctions::StateMachine'));
+  expect(machines).toHaveLength(1);
+  const definition = machines[0].Properties.DefinitionString;
+  const parts: unknown[] = definition['Fn::Join'] ? definition['Fn::Join'][1] : [definition];
+  const text = parts
+    .map((part) => {
+      if (typeof part === 'string') return part;
+      const getAtt = (part as { 'Fn::GetAtt'?: [string, string] })['Fn::GetAtt'];
+      if (getAtt && getAtt[1] === 'Arn') return `${FUNCTION_ARN_PREFIX}${getAtt[0]}`;
+      throw new Error(`unexpected token in the definition: ${JSON.stringify(part)}`);
+    })
+    .join('');
+  return JSON.parse(text) as AslDefinition;
+}
+
+/** Handler module of each function, by logical id (e.g. TasksPrepareA6451BC8 → prepare). */
+export function moduleByLogicalId(template: Template): Record<string, string> {
+  const functions = template.findResources('AWS::Lambda::Function');
+  return Object.fromEntries(
+    Object.entries(functions).map(([id, fn]) => [
+      id,
+      String(fn.Properties.Handler).replace(/^compactor\.handlers\./, '').replace(/\.handler$/, ''),
+    ]),
+  );
+}
+
+/** The handler module a Task state runs. */
+export function taskModule(template: Template, state: AslState): string {
+  const modules = moduleByLogicalId(template);
+  const id = (state.Resource ?? '').replace(FUNCTION_ARN_PREFIX, '');
+  const module = modules[id];
+  if (!module) throw new Error(`Task resource ${state.Resource} is not a function of the stack`);
+  return module;
+}
