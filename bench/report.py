@@ -162,6 +162,7 @@ def rows(records: list[Record]) -> list[list[str]]:
         "lower bound",
         "allocated MiB",
         "faithful",
+        "load",
     ]
     body = [header]
     for r in records:
@@ -176,6 +177,7 @@ def rows(records: list[Record]) -> list[list[str]]:
                 _num(r.lower_bound_chunks),
                 _num(r.allocated_bytes, MIB, 1),
                 _faithful(r),
+                _num(r.load_before, digits=1),
             ]
         )
     return body
@@ -231,7 +233,18 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.report out/bench/results.json", file=sys.stderr)
         return 2
     config, records, targets = load(Path(argv[0]))
-    print(f"Volume {config['size_bytes'] / MIB:,.0f} MiB per filesystem, {config['date']}.\n")
+    cap = (
+        f"source capped at {config.get('source_mbps') or '-'} MiB/s and "
+        f"{config.get('source_iops') or '-'} read IOPS"
+        if config.get("source_mbps") or config.get("source_iops")
+        else "source not throttled"
+    )
+    print(
+        f"{config['date']}: {config['size_bytes'] / MIB:,.0f} MiB per filesystem, {cap}, "
+        f"{config['cpus']} CPUs, kernel {config['kernel']}, sparsecopy at {config['program']}, "
+        f"whole bench {config['bench_seconds']} s. Load = 1-minute load average when the "
+        "method started.\n"
+    )
     print(markdown_table(rows(records)))
     print()
     for line in target_lines(targets):

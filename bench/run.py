@@ -207,6 +207,12 @@ def _program_version(path: Path) -> str:
     return f"{commit} + uncommitted changes" if changed else commit
 
 
+def _describe_program(at_start: str, at_end: str) -> str:
+    if at_start == at_end:
+        return at_start
+    return f"{at_start} at the start, {at_end} at the end (it changed during the run)"
+
+
 def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds through every finally, which detaches and unmounts
 
@@ -263,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for sub in ("work", "logs"):
         (args.out / sub).mkdir(exist_ok=True)
+    program_at_start = _program_version(PROGRAM)
     res = Resources()
     bench = Bench(args, res)
     started = time.monotonic()
@@ -288,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "source_mbps": args.source_mbps or None,
         "source_iops": args.source_iops or None,
-        "program": _program_version(PROGRAM),
+        "program": _describe_program(program_at_start, _program_version(PROGRAM)),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),

@@ -1,7 +1,7 @@
 # Benchmarks: run on demand (`make bench`, as root), never in `make test`; lint-bench is in `make lint`.
 # `make bench SIZE=1G BENCH_FS=ext4,xfs BENCH_JOBS=16 BENCH_SOURCE_MBPS=125 BENCH_SOURCE_IOPS=3000`
 # (defaults: 2G, ext4,xfs,ntfs, the program's own --jobs, no cap on the source's reads).
-# Results: out/bench/.
+# Results: out/bench/ (BENCH_OUT=DIR to change).
 .PHONY: bench lint-bench test-bench
 # A variable, because a comma list inside $(or ...) would be split into arguments. (FS is the
 # twin's variable, hence BENCH_FS.)
@@ -19,4 +19,4 @@ test-bench: setup
 bench: setup test-bench
 	$(PY) -m bench --size $(or $(SIZE),2G) --fs $(or $(BENCH_FS),$(BENCH_FILESYSTEMS)) \
 	  $(if $(BENCH_JOBS),--jobs $(BENCH_JOBS)) $(if $(BENCH_SOURCE_MBPS),--source-mbps $(BENCH_SOURCE_MBPS)) \
-	  $(if $(BENCH_SOURCE_IOPS),--source-iops $(BENCH_SOURCE_IOPS)) --out out/bench
+	  $(if $(BENCH_SOURCE_IOPS),--source-iops $(BENCH_SOURCE_IOPS)) --out $(or $(BENCH_OUT),out/bench)
