@@ -29,9 +29,15 @@ def read_map(read: Reader) -> FatMap:
         raise ValueError("FAT boot sector has an impossible geometry")
     root_sectors = (root_entries * 32 + bps - 1) // bps
     data_start = (reserved + fats * fat_size + root_sectors) * bps
+    if data_start >= total * bps:
+        raise ValueError("FAT areas do not fit in the volume")
     clusters = (total * bps - data_start) // (spc * bps)
     kind = "FAT12" if clusters < 4085 else "FAT16" if clusters < 65525 else "FAT32"
     fat = read(reserved * bps, fat_size * bps)
+    media = boot[21]
+    if media not in (0xF0, *range(0xF8, 0x100)) or fat[0] != media:
+        # The first FAT entry repeats the media byte: anything else is not a FAT we can trust.
+        raise ValueError("first FAT entry does not match the media descriptor")
     cluster_bytes = spc * bps
     allocated: Extents = [(0, data_start)]
 

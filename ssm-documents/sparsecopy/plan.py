@@ -2,10 +2,12 @@
 non-zero block. With ``recover`` the journal/log is replayed first (the only write to SOURCE)."""
 
 import os
+import struct
 from typing import Callable, NamedTuple, Optional
 
 from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
 from .blockdev import flush, partition_device
+from .errors import Failure
 from .extents import Extents, complement, shift, total
 from .partitions import Layout, Partition, read_layout
 from .probe import detect
@@ -86,11 +88,16 @@ def _with_tail(allocated: Extents, fs_bytes: int, size: int, start: int) -> Exte
 
 
 def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
-    note = fs_ext.replay_journal(device) if recover else ""
-    if note.startswith("journal replay failed"):
-        plan.raw(f"{note}; copying every non-zero block")
+    try:
+        note = fs_ext.replay_journal(device) if recover else ""
+        if note.startswith("journal replay failed"):
+            plan.raw(f"{note}; copying every non-zero block")
+            return
+        ext = fs_ext.read_map(device)
+    except (Failure, ValueError) as exc:
+        # e.g. features newer than this instance's e2fsprogs: no map, so copy everything
+        plan.raw(f"ext map unreadable ({exc}); copying every non-zero block")
         return
-    ext = fs_ext.read_map(device)
     if not ext.clean:
         if recover:
             plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
@@ -127,7 +134,7 @@ def _plan_parsed(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
         else:
             fat = fs_fat.read_map(read)
             allocated, fs_bytes = fat.allocated, fat.fs_bytes
-    except ValueError as exc:
+    except (ValueError, IndexError, struct.error) as exc:
         plan.raw(f"{plan.fs} metadata not understood ({exc}); copying every non-zero block")
         return
     plan.use(ALLOCATED, _with_tail(allocated, fs_bytes, plan.size, plan.start))

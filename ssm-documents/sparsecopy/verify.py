@@ -21,9 +21,9 @@ def fsck_partition(target: str, disk_size: int, plan: PartPlan) -> str:
     if checker is None:
         return f"not checked: {plan.fs} is not a filesystem with a checker"
     if plan.method == RAW and plan.note:
-        # Copied byte for byte from a filesystem whose journal/log was not replayed: the
-        # checker would report that pending log, which the first mount replays.
-        return "not checked: copied raw from a filesystem with a pending journal or log"
+        # Copied byte for byte because the map was not trustworthy (pending log, not clean,
+        # unreadable): the checker would report exactly that, not a copying problem.
+        return "not checked: copied raw because its own map could not be trusted (see note)"
     if shutil.which(checker[0]) is None:
         return f"not checked: {checker[0]} is not installed"
     with partition_device(target, plan.start, plan.size, disk_size, read_only=True) as device:

@@ -94,3 +94,17 @@ def test_dirty_ntfs_is_copied_raw_and_the_clean_one_by_map(tmp_path: Path) -> No
     )
     for number in (1, 2):
         assert images.file_hashes(target, number) == images.file_hashes(source, number)
+
+
+def test_ext_superblock_the_tools_reject_is_copied_raw(tmp_path: Path) -> None:
+    """dumpe2fs refusing the filesystem (corrupt, or features newer than the instance's
+    e2fsprogs) must not fail the copy or drop data: the partition is copied byte for byte."""
+    source = images.build_bare_ext4(tmp_path / "source.img")
+    with open(source.path, "r+b") as f:
+        f.seek(1024 + 24)  # s_log_block_size: an impossible block size
+        f.write(b"\x32")
+    summary, target = _copy(source, tmp_path)
+    (part,) = summary["partitions"]
+    assert (part["fs"], part["method"]) == ("ext4", "raw")
+    assert "map unreadable" in part["note"]
+    assert images.same_bytes(source.path, target.path, 0, source.size)

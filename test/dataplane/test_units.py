@@ -253,3 +253,16 @@ def test_ntfs_map_agrees_with_ntfscluster(tmp_path: Path) -> None:
         field("Volume Size in Clusters"),
     )
     assert extents.total(ntfs.allocated) == (total - free) * cluster
+
+
+def test_fat_map_rejects_a_boot_sector_whose_fat_does_not_match(tmp_path: Path) -> None:
+    """A boot sector that merely looks like FAT must not yield a map (data would be lost)."""
+    path = tmp_path / "fat.img"
+    images.create_sparse(path, 16 * images.MIB)
+    images.run("mkfs.fat", "-F", "16", str(path))
+    reserved = struct.unpack_from("<H", path.read_bytes(), 14)[0]
+    with open(path, "r+b") as f:
+        f.seek(reserved * 512)
+        f.write(b"\x00")
+    with pytest.raises(ValueError, match="media descriptor"):
+        fs_fat.read_map(_reader(path))
