@@ -77,7 +77,8 @@ export class WorkflowBuilder {
   task(
     id: string,
     fn: lambda.IFunction,
-    payload: sfn.TaskInput,
+    /** Undefined = the whole state (no Parameters; a JSONPath "$" payload would be rendered wrongly). */
+    payload: sfn.TaskInput | undefined,
     resultPath: string,
     onError: ErrorRoute,
     specificCatches: SpecificCatch[] = [],

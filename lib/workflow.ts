@@ -35,7 +35,7 @@ export class CompactionWorkflow extends Construct {
 
     // Failure chain: built first because every task's Catch points at it.
     const fail = new sfn.Fail(this, 'Failed', { errorPath: '$.error.Error', causePath: '$.error.Cause' });
-    const failureReport = b.task('Report failure', fn.report, sfn.TaskInput.fromJsonPathAt('$'), '$.report', {
+    const failureReport = b.task('Report failure', fn.report, undefined, '$.report', {
       next: fail,
       resultPath: '$.reportError',
     });
@@ -279,7 +279,7 @@ export class CompactionWorkflow extends Construct {
       onTimeout: onError,
       waitFirst: false,
     });
-    const report = b.task('Report', fn.report, sfn.TaskInput.fromJsonPathAt('$'), '$.report', onError);
+    const report = b.task('Report', fn.report, undefined, '$.report', onError);
 
     const definition = start
       .next(b.markPhase('Prepare phase', 'prepare'))

@@ -88,7 +88,9 @@ describe('default stack', () => {
     const creates = statementsWith(taskStatements, 'ec2:RunInstances').filter((s) => s.Condition);
     expect(creates).toHaveLength(1);
     expect(actionsOf(creates[0])).toEqual(expect.arrayContaining(['ec2:CreateVolume']));
-    expect(creates[0].Condition).toEqual({ StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: 'EbsSnapshotCompactor' } });
+    expect(creates[0].Condition).toEqual({
+      StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: 'EbsSnapshotCompactor' },
+    });
     expect(JSON.stringify(creates[0].Resource)).toMatch(/:instance\/\*/);
     expect(JSON.stringify(creates[0].Resource)).toMatch(/:volume\/\*/);
     const createVolume = statementsWith(taskStatements, 'ec2:CreateVolume');
@@ -128,14 +130,18 @@ describe('default stack', () => {
     const [tagging] = statementsWith(taskStatements, 'ec2:CreateTags');
     expect(statementsWith(taskStatements, 'ec2:CreateTags')).toHaveLength(1);
     expect(tagging.Condition).toEqual({
-      StringEquals: { 'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'] },
+      StringEquals: {
+        'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
+      },
     });
   });
 
   test('iam:PassRole only for the instance role, only to EC2', () => {
     const passRole = statementsWith(taskStatements, 'iam:PassRole');
     expect(passRole).toHaveLength(1);
-    expect(passRole[0].Resource).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^TransferInstanceRole/), 'Arn'] });
+    expect(passRole[0].Resource).toEqual({
+      'Fn::GetAtt': [expect.stringMatching(/^TransferInstanceRole/), 'Arn'],
+    });
     expect(passRole[0].Condition).toEqual({ StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } });
   });
 
@@ -155,7 +161,9 @@ describe('default stack', () => {
     const kms = statementsWith(taskStatements, 'kms:CreateGrant');
     expect(kms).toHaveLength(1);
     expect(kms[0].Condition).toEqual({
-      StringEquals: { 'kms:ViaService': { 'Fn::Join': ['', ['ec2.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } },
+      StringEquals: {
+        'kms:ViaService': { 'Fn::Join': ['', ['ec2.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+      },
     });
     expect(JSON.stringify(kms[0].Resource)).toMatch(/:kms:.*:key\/\*/);
   });
@@ -179,7 +187,12 @@ describe('default stack', () => {
     template.hasResourceProperties('AWS::IAM::Role', {
       Description: Match.stringLikeRegexp('transfer instance'),
       ManagedPolicyArns: [
-        { 'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':iam::aws:policy/AmazonSSMManagedInstanceCore']] },
+        {
+          'Fn::Join': [
+            '',
+            ['arn:', { Ref: 'AWS::Partition' }, ':iam::aws:policy/AmazonSSMManagedInstanceCore'],
+          ],
+        },
       ],
     });
     const policies = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
@@ -196,10 +209,19 @@ describe('default stack', () => {
     const templates = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
     expect(templates).toHaveLength(1);
     const data = templates[0].Properties.LaunchTemplateData;
-    expect(data.ImageId).toBe('resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64');
-    expect(data.MetadataOptions).toEqual({ HttpEndpoint: 'enabled', HttpTokens: 'required', HttpPutResponseHopLimit: 1 });
+    expect(data.ImageId).toBe(
+      'resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64',
+    );
+    expect(data.MetadataOptions).toEqual({
+      HttpEndpoint: 'enabled',
+      HttpTokens: 'required',
+      HttpPutResponseHopLimit: 1,
+    });
     expect(data.BlockDeviceMappings).toEqual([
-      { DeviceName: '/dev/xvda', Ebs: { DeleteOnTermination: true, Encrypted: true, VolumeSize: 8, VolumeType: 'gp3' } },
+      {
+        DeviceName: '/dev/xvda',
+        Ebs: { DeleteOnTermination: true, Encrypted: true, VolumeSize: 8, VolumeType: 'gp3' },
+      },
     ]);
     expect(data.KeyName).toBeUndefined();
     expect(data.UserData).toBeUndefined();
@@ -229,9 +251,10 @@ describe('default stack', () => {
     for (const service of ['.ssm"', '.ssmmessages"', '.ec2messages"', '.logs"', '.s3"']) {
       expect(services.filter((s) => s.includes(service))).toHaveLength(1);
     }
-    expect(endpoints.find((e) => JSON.stringify(e.Properties.ServiceName).includes('.s3"'))?.Properties.VpcEndpointType).toBe(
-      'Gateway',
-    );
+    expect(
+      endpoints.find((e) => JSON.stringify(e.Properties.ServiceName).includes('.s3"'))?.Properties
+        .VpcEndpointType,
+    ).toBe('Gateway');
   });
 
   test('the Command document is loaded with the program embedded', () => {
@@ -276,7 +299,9 @@ describe('default stack', () => {
             InputPathsMap: { 'resources-0-': '$.resources[0]' },
             InputTemplate: '{"snapshotId":<resources-0->}',
           },
-          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] } },
+          DeadLetterConfig: {
+            Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] },
+          },
           RetryPolicy: { MaximumRetryAttempts: 8, MaximumEventAgeInSeconds: 7200 },
         }),
       ],
@@ -287,14 +312,18 @@ describe('default stack', () => {
     template.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({
         source: ['aws.states'],
-        detail: { stateMachineArn: [{ Ref: Match.stringLikeRegexp('^WorkflowStateMachine') }], status: ['TIMED_OUT', 'ABORTED'] },
+        detail: {
+          stateMachineArn: [{ Ref: Match.stringLikeRegexp('^WorkflowStateMachine') }],
+          status: ['TIMED_OUT', 'ABORTED'],
+        },
       }),
       Targets: [
         Match.objectLike({
           Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TasksTeardown'), 'Arn'] },
           InputTransformer: {
             InputPathsMap: { 'detail-name': '$.detail.name' },
-            InputTemplate: '{"executionName":<detail-name>,"outcome":"failure","keep":{"snapshotIds":[],"imageId":null}}',
+            InputTemplate:
+              '{"executionName":<detail-name>,"outcome":"failure","keep":{"snapshotIds":[],"imageId":null}}',
           },
         }),
       ],
@@ -319,7 +348,9 @@ describe('default stack', () => {
     const watch = statementsWith(statements, 'states:DescribeExecution')[0];
     expect(actionsOf(watch)).toEqual(expect.arrayContaining(['states:StopExecution']));
     expect(JSON.stringify(watch.Resource)).toMatch(/:execution:.*WorkflowStateMachine.*Name.*:\*/);
-    expect(JSON.stringify(statementsWith(statements, 'ssm:GetParameter')[0].Resource)).toMatch(/StateMachineArnParameter/);
+    expect(JSON.stringify(statementsWith(statements, 'ssm:GetParameter')[0].Resource)).toMatch(
+      /StateMachineArnParameter/,
+    );
   });
 });
 
@@ -332,7 +363,9 @@ describe('settings change the stack', () => {
     template.resourceCountIs('AWS::EC2::VPC', 0);
     template.resourceCountIs('AWS::EC2::VPCEndpoint', 0);
     template.allResourcesProperties('AWS::Lambda::Function', {
-      Environment: { Variables: Match.objectLike({ SUBNET_IDS: 'subnet-0123456789abcdef0,subnet-0fedcba9876543210' }) },
+      Environment: {
+        Variables: Match.objectLike({ SUBNET_IDS: 'subnet-0123456789abcdef0,subnet-0fedcba9876543210' }),
+      },
     });
     template.hasResourceProperties('AWS::EC2::SecurityGroup', { VpcId: 'vpc-0123456789abcdef0' });
     expect(JSON.stringify(template.toJSON())).toMatch(/:subnet\/subnet-0fedcba9876543210/);
@@ -346,13 +379,16 @@ describe('settings change the stack', () => {
       }),
     });
     template.allResourcesProperties('AWS::Lambda::Function', {
-      Environment: { Variables: Match.objectLike({ INSTANCE_TYPES: 'm7g.large,m6g.large,c7g.large,c6g.large,r6g.large' }) },
+      Environment: {
+        Variables: Match.objectLike({ INSTANCE_TYPES: 'm7g.large,m6g.large,c7g.large,c6g.large,r6g.large' }),
+      },
     });
   });
 
   test('stack name, trigger key, listed KMS keys, layer override and retention are applied', () => {
     const key = 'arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab';
-    const layer = 'arn:aws:lambda:eu-west-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-x86_64:7';
+    const layer =
+      'arn:aws:lambda:eu-west-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python313-x86_64:7';
     const template = synthTemplate({
       stackName: 'Compactor2',
       triggerTagKey: 'shrink-me',
@@ -368,11 +404,18 @@ describe('settings change the stack', () => {
     template.allResourcesProperties('AWS::Lambda::Function', {
       Layers: [layer],
       Environment: {
-        Variables: Match.objectLike({ STACK_NAME: 'Compactor2', TRIGGER_TAG_KEY: 'shrink-me', ALLOW_ON_DEMAND: 'false' }),
+        Variables: Match.objectLike({
+          STACK_NAME: 'Compactor2',
+          TRIGGER_TAG_KEY: 'shrink-me',
+          ALLOW_ON_DEMAND: 'false',
+        }),
       },
     });
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 30 });
-    const kms = statementsWith(roleStatements(template, 'ebs-snapshot-compactor task Lambdas'), 'kms:CreateGrant');
+    const kms = statementsWith(
+      roleStatements(template, 'ebs-snapshot-compactor task Lambdas'),
+      'kms:CreateGrant',
+    );
     expect(kms[0].Resource).toBe(key);
     const conditions = JSON.stringify(roleStatements(template, 'ebs-snapshot-compactor task Lambdas'));
     expect(conditions).toContain('"Compactor2"');

@@ -63,7 +63,9 @@ export function moduleByLogicalId(template: Template): Record<string, string> {
   return Object.fromEntries(
     Object.entries(functions).map(([id, fn]) => [
       id,
-      String(fn.Properties.Handler).replace(/^compactor\.handlers\./, '').replace(/\.handler$/, ''),
+      String(fn.Properties.Handler)
+        .replace(/^compactor\.handlers\./, '')
+        .replace(/\.handler$/, ''),
     ]),
   );
 }

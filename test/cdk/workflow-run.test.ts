@@ -1,0 +1,333 @@
+/**
+ * Runs the synthesized state machine in aws-local-stepfunctions with fake task handlers, to check the
+ * paths through it: what each task receives, in what order, and where errors lead.
+ */
+import { Template } from 'aws-cdk-lib/assertions';
+import { AslDefinition, stateMachineDefinition, synthTemplate, taskModule } from './support';
+
+// aws-local-stepfunctions 3 needs Node 22's Promise.withResolvers at run time; Node 20 runs the tests.
+type Resolvers = { promise: Promise<unknown>; resolve: (v: unknown) => void; reject: (e: unknown) => void };
+const promiseStatics = Promise as unknown as { withResolvers?: () => Resolvers };
+promiseStatics.withResolvers ??= () => {
+  let resolve!: (v: unknown) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise((a, b) => {
+    resolve = a;
+    reject = b;
+  });
+  return { promise, resolve, reject };
+};
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { StateMachine } = require('aws-local-stepfunctions');
+
+type Json = ReturnType<typeof JSON.parse>;
+type Handler = (payload: Json, call: number) => Json;
+
+class TaskError extends Error {
+  constructor(name: string, message: string) {
+    super(message);
+    this.name = name;
+  }
+}
+
+interface Call {
+  state: string;
+  module: string;
+  payload: Json;
+}
+
+interface Outcome {
+  calls: Call[];
+  output?: Json;
+  error?: { name: string; message: string };
+}
+
+const EXECUTION_NAME = 'exec-1';
+const PLAN = {
+  executionName: EXECUTION_NAME,
+  source: { kind: 'snapshot', snapshotId: 'snap-a' },
+  volumes: [{ index: 0, sourceSnapshotId: 'snap-a', deviceName: '/dev/xvda', sizeGiB: 8 }],
+  image: null,
+  fastSnapshotRestoreAzs: [],
+};
+
+/** Handlers that succeed at once, as on a smooth run. */
+function happyHandlers(plan: Json = PLAN): Record<string, Handler> {
+  return {
+    prepare: () => plan,
+    launch: (p) => ({ instanceId: `i-${p.launchAttempt}`, availabilityZone: 'us-east-1a' }),
+    check_instance: (_p, call) => ({ ready: call >= 2, state: 'running', pingStatus: 'Online', volumes: [] }),
+    start_compaction: () => ({ commandId: 'cmd-1' }),
+    check_compaction: (_p, call) => ({
+      done: call >= 2,
+      status: call >= 2 ? 'Success' : 'InProgress',
+      summary: null,
+    }),
+    create_snapshots: () => ({
+      snapshots: [{ index: 0, snapshotId: 'snap-new', sourceSnapshotId: 'snap-a' }],
+    }),
+    check_snapshots: (p) => ({ snapshots: p.snapshots.snapshots, completed: true }),
+    register_image: () => ({ imageId: 'ami-new', warnings: [] }),
+    enable_fast_snapshot_restore: () => ({
+      states: [{ snapshotId: 'snap-new', availabilityZone: 'us-east-1a', state: 'enabling' }],
+    }),
+    teardown: () => ({
+      remaining: 0,
+      terminatedInstances: [],
+      deletedVolumes: [],
+      deletedSnapshots: [],
+      deregisteredImages: [],
+    }),
+    report: (state) => ({
+      outcome: state.outcome,
+      executionName: state.executionName,
+      error: state.error ?? null,
+    }),
+  };
+}
+
+async function run(
+  template: Template,
+  input: Json,
+  overrides: Partial<Record<string, Handler>> = {},
+): Promise<Outcome> {
+  const definition: AslDefinition = stateMachineDefinition(template);
+  const handlers = { ...happyHandlers(), ...overrides };
+  const calls: Call[] = [];
+  const perModule: Record<string, number> = {};
+  const local: Record<string, (payload: Json) => Promise<Json>> = {};
+  const waits: Record<string, number> = {};
+  const retries: Record<string, number> = {};
+  for (const [name, state] of Object.entries(definition.States)) {
+    if (state.Type === 'Wait') waits[name] = 0;
+    if (state.Type !== 'Task') continue;
+    retries[name] = 0;
+    const module = taskModule(template, state);
+    local[name] = async (payload: Json) => {
+      calls.push({ state: name, module, payload });
+      perModule[module] = (perModule[module] ?? 0) + 1;
+      return handlers[module]!(payload, perModule[module]);
+    };
+  }
+  const machine = new StateMachine(definition, { validationOptions: { checkArn: false } });
+  const execution = machine.run(input, {
+    overrides: {
+      taskResourceLocalHandlers: local,
+      waitTimeOverrides: waits,
+      retryIntervalOverrides: retries,
+    },
+    context: {
+      Execution: { Name: EXECUTION_NAME },
+      State: { EnteredTime: '2026-01-01T00:00:00Z' },
+    },
+  });
+  try {
+    return { calls, output: await execution.result };
+  } catch (error) {
+    const cause = (error as { cause?: { name: string; message: string } }).cause;
+    return { calls, error: { name: cause?.name ?? 'unknown', message: cause?.message ?? String(error) } };
+  }
+}
+
+const modules = (outcome: Outcome) => outcome.calls.map((c) => c.module);
+const callsOf = (outcome: Outcome, module: string) => outcome.calls.filter((c) => c.module === module);
+
+describe('the workflow, run with fake tasks', () => {
+  const template = synthTemplate({
+    readyPollMaxAttempts: 4,
+    compactionPollMaxAttempts: 5,
+    teardownPollMaxAttempts: 3,
+  });
+  const input = { snapshotId: 'snap-a' };
+
+  test('a snapshot: the contract order, payloads, success teardown, report as output', async () => {
+    const outcome = await run(template, input);
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome)).toEqual([
+      'prepare',
+      'launch',
+      'check_instance',
+      'check_instance',
+      'start_compaction',
+      'check_compaction',
+      'check_compaction',
+      'create_snapshots',
+      'check_snapshots',
+      'teardown',
+      'report',
+    ]);
+    const [
+      prepare,
+      launch,
+      checkInstance,
+      ,
+      startCompaction,
+      checkCompaction,
+      ,
+      createSnapshots,
+      checkSnapshots,
+      teardown,
+      report,
+    ] = outcome.calls.map((c) => c.payload);
+    expect(prepare).toEqual({ input, executionName: EXECUTION_NAME });
+    expect(launch).toEqual({ plan: PLAN, launchAttempt: 1 });
+    expect(Object.keys(checkInstance).sort()).toEqual(['instance', 'plan']);
+    expect(Object.keys(startCompaction).sort()).toEqual(['instance', 'plan', 'ready']);
+    expect(startCompaction.ready.ready).toBe(true);
+    expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'instance']);
+    expect(checkCompaction.command).toEqual({ commandId: 'cmd-1' });
+    expect(Object.keys(createSnapshots).sort()).toEqual(['plan', 'ready']);
+    expect(Object.keys(checkSnapshots)).toEqual(['snapshots']);
+    expect(teardown).toEqual({
+      executionName: EXECUTION_NAME,
+      outcome: 'success',
+      keep: { snapshotIds: ['snap-new'], imageId: null },
+    });
+    expect(report.outcome).toBe('success');
+    expect(report.image).toEqual({ imageId: null, warnings: [] });
+    expect(report.fastSnapshotRestore).toEqual({ states: [] });
+    expect(Object.keys(report.timings).sort()).toEqual(
+      [
+        'start',
+        'prepare',
+        'launch',
+        'waitReady',
+        'compaction',
+        'snapshot',
+        'registerImage',
+        'fastSnapshotRestore',
+        'teardown',
+        'report',
+      ].sort(),
+    );
+    expect(report.timings.registerImage).toBeNull();
+    expect(report.timings.compaction).toBe('2026-01-01T00:00:00Z');
+    expect(report.polls).toEqual({ ready: 2, compaction: 2, snapshot: 1, teardown: 1 });
+    expect(outcome.output).toEqual({ outcome: 'success', executionName: EXECUTION_NAME, error: null });
+  });
+
+  test('an AMI with fast snapshot restore AZs registers the image and enables FSR', async () => {
+    const plan = {
+      ...PLAN,
+      source: { kind: 'image', imageId: 'ami-a' },
+      fastSnapshotRestoreAzs: ['us-east-1a'],
+    };
+    const outcome = await run(template, { imageId: 'ami-a' }, { prepare: () => plan });
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(-4)).toEqual([
+      'register_image',
+      'enable_fast_snapshot_restore',
+      'teardown',
+      'report',
+    ]);
+    expect(callsOf(outcome, 'register_image')[0].payload).toEqual({ plan, snapshots: expect.any(Object) });
+    expect(callsOf(outcome, 'teardown')[0].payload.keep).toEqual({
+      snapshotIds: ['snap-new'],
+      imageId: 'ami-new',
+    });
+  });
+
+  test('a lost instance is torn down (retry) and launched again with the next attempt number', async () => {
+    const outcome = await run(template, input, {
+      check_compaction: (_p, call) => {
+        if (call === 1) throw new TaskError('InstanceLost', 'i-1 was terminated (Spot interruption)');
+        return { done: true, status: 'Success', summary: null };
+      },
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'launch').map((c) => c.payload.launchAttempt)).toEqual([1, 2]);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['retry', 'success']);
+    const secondLaunch = outcome.calls.findIndex(
+      (c) => c.module === 'launch' && c.payload.launchAttempt === 2,
+    );
+    expect(outcome.calls[secondLaunch - 1].module).toBe('teardown');
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.error).toBeUndefined();
+    expect(report.instance.instanceId).toBe('i-2');
+  });
+
+  test('instances lost on every attempt: maxLaunchAttempts launches, then failure teardown and InstanceLost', async () => {
+    const outcome = await run(template, input, {
+      check_instance: () => {
+        throw new TaskError('InstanceLost', 'terminated');
+      },
+    });
+    expect(callsOf(outcome, 'launch')).toHaveLength(3);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual([
+      'retry',
+      'retry',
+      'retry',
+      'failure',
+    ]);
+    expect(callsOf(outcome, 'teardown')[3].payload.keep).toEqual({ snapshotIds: [], imageId: null });
+    expect(callsOf(outcome, 'report')[0].payload).toMatchObject({
+      outcome: 'failure',
+      error: { Error: 'InstanceLost', Cause: 'terminated' },
+    });
+    expect(outcome.error).toEqual({ name: 'InstanceLost', message: 'terminated' });
+  });
+
+  test('an expected error in prepare: failure teardown, failure report, the execution fails with it', async () => {
+    const outcome = await run(template, input, {
+      prepare: () => {
+        throw new TaskError('SnapshotNotFound', 'snap-a does not exist in us-east-1');
+      },
+    });
+    expect(modules(outcome)).toEqual(['prepare', 'teardown', 'report']);
+    expect(callsOf(outcome, 'teardown')[0].payload).toEqual({
+      executionName: EXECUTION_NAME,
+      outcome: 'failure',
+      keep: { snapshotIds: [], imageId: null },
+    });
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.outcome).toBe('failure');
+    expect(report.executionName).toBe(EXECUTION_NAME);
+    expect(report.plan).toBeUndefined();
+    expect(outcome.error).toEqual({
+      name: 'SnapshotNotFound',
+      message: 'snap-a does not exist in us-east-1',
+    });
+  });
+
+  test('a poll loop gives up at its bound with its timeout error, after tearing down', async () => {
+    const outcome = await run(template, input, {
+      check_instance: () => ({ ready: false, state: 'pending', pingStatus: null, volumes: [] }),
+    });
+    expect(callsOf(outcome, 'check_instance')).toHaveLength(4);
+    expect(modules(outcome).slice(-2)).toEqual(['teardown', 'report']);
+    expect(outcome.error?.name).toBe('InstanceNotReady');
+  });
+
+  test('teardown is called again until nothing remains, within its bound', async () => {
+    const outcome = await run(template, input, {
+      teardown: (_p, call) => ({ remaining: call < 3 ? 1 : 0 }),
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'teardown')).toHaveLength(3);
+  });
+
+  test('a failure teardown that never finishes still reports and fails with the original error', async () => {
+    const outcome = await run(template, input, {
+      prepare: () => {
+        throw new TaskError('KmsKeyNotUsable', 'no access to key k');
+      },
+      teardown: () => ({ remaining: 2 }),
+    });
+    expect(callsOf(outcome, 'teardown')).toHaveLength(3);
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.teardownError.Error).toBe('TeardownIncomplete');
+    expect(outcome.error?.name).toBe('KmsKeyNotUsable');
+  });
+
+  test('Lambda throttling is retried, not treated as a failure', async () => {
+    const outcome = await run(template, input, {
+      launch: (p, call) => {
+        if (call === 1) throw new TaskError('Lambda.TooManyRequestsException', 'Rate exceeded');
+        return { instanceId: `i-${p.launchAttempt}` };
+      },
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'launch')).toHaveLength(2);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['success']);
+  });
+});
