@@ -164,6 +164,10 @@ def plan_disk(
         if fs in KERNEL_TRIMMABLE and (method == TRIM or fs == "btrfs"):
             plan.use(TRIM, [(part.start, part.size)], "copied through a trimmed scratch image")
         elif fs in ("ext4", "xfs"):
+            # Replay and dumpe2fs/xfs_db can take a while on big filesystems: say what runs.
+            log(
+                f"partition {part.number}: {fs}: {'replaying, then ' if recover else ''}reading map"
+            )
             with partition_device(
                 source, part.start, part.size, disk_size, read_only=not recover
             ) as device:

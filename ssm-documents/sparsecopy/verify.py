@@ -5,6 +5,7 @@ import shutil
 from .blockdev import partition_device, run
 from .errors import Failure
 from .plan import RAW, PartPlan
+from .progress import log
 
 CHECKERS = {
     "ext4": ["e2fsck", "-f", "-n"],
@@ -26,6 +27,7 @@ def fsck_partition(target: str, disk_size: int, plan: PartPlan) -> str:
         return "not checked: copied raw because its own map could not be trusted (see note)"
     if shutil.which(checker[0]) is None:
         return f"not checked: {checker[0]} is not installed"
+    log(f"verify: {checker[0]} on target partition {plan.number} ({plan.fs})")
     with partition_device(target, plan.start, plan.size, disk_size, read_only=True) as device:
         proc = run([*checker, device], check=False)
     if proc.returncode != 0:
