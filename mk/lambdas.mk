@@ -1,6 +1,8 @@
-# Targets of the lambdas area (owned by whoever works on it).
+# Targets of the lambdas area: the task Lambdas in lambdas/compactor and their tests.
 .PHONY: lint-lambdas test-lambdas
 lint-lambdas: setup
-	@echo "lint-lambdas: nothing yet"
+	$(VENV)/bin/ruff check lambdas
+	$(VENV)/bin/ruff format --check lambdas
+	cd lambdas && ../$(VENV)/bin/mypy --strict --cache-dir=/dev/null compactor
 test-lambdas: setup
-	@echo "test-lambdas: nothing yet"
+	cd lambdas && ../$(VENV)/bin/python -m pytest -q tests

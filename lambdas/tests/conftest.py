@@ -9,9 +9,9 @@ from typing import Any
 
 import boto3
 import pytest
+from compactor import aws
 from moto import mock_aws
 
-from compactor import aws
 from tests.support import FakeLambdaContext, respond
 
 REGION = "us-east-1"
@@ -62,7 +62,12 @@ class World:
         if encrypted:
             volume_args.update(Encrypted=True, KmsKeyId=self.kms_key_arn)
         volume_id = self.ec2.create_volume(**volume_args)["VolumeId"]
-        spec = [{"ResourceType": "snapshot", "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]}]
+        spec = [
+            {
+                "ResourceType": "snapshot",
+                "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()],
+            }
+        ]
         snapshot_id = self.ec2.create_snapshot(
             VolumeId=volume_id,
             Description=description,
@@ -91,7 +96,12 @@ class World:
 
 @pytest.fixture(autouse=True)
 def _lambda_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+    for name in (
+        "AWS_ENDPOINT_URL",
+        "AWS_PROFILE",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -110,7 +120,9 @@ def _lambda_process_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     with mock_aws():
-        ec2 = boto3.client("ec2", region_name=REGION)
+        aws.reset_clients()
+        # the package's own clients: a boto3 EC2 client takes ~0.5 s to build
+        ec2 = aws.ec2()
         vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         azs = [f"{REGION}a", f"{REGION}b"]
         subnets = [
@@ -124,10 +136,10 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             LaunchTemplateName=f"{STACK}-transfer",
             LaunchTemplateData={"ImageId": base_image_id},
         )["LaunchTemplate"]["LaunchTemplateId"]
-        boto3.client("ssm", region_name=REGION).create_document(
+        aws.ssm().create_document(
             Name=DOCUMENT, DocumentType="Command", DocumentFormat="YAML", Content=DOCUMENT_YAML
         )
-        kms_key_arn = boto3.client("kms", region_name=REGION).create_key()["KeyMetadata"]["Arn"]
+        kms_key_arn = aws.kms().create_key()["KeyMetadata"]["Arn"]
         env = {
             "STACK_NAME": STACK,
             "SUBNET_IDS": ",".join(subnets),
@@ -146,7 +158,6 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        aws.reset_clients()
         yield World(
             env=env,
             subnets=subnets,
@@ -221,7 +232,9 @@ def serve_image(image: dict[str, Any], uefi_data: str | None = UEFI_DATA) -> Non
     respond(
         ec2,
         "DescribeImages",
-        lambda params: {"Images": [image]} if params.get("ImageIds") == [image["ImageId"]] else None,
+        lambda params: (
+            {"Images": [image]} if params.get("ImageIds") == [image["ImageId"]] else None
+        ),
     )
     respond(
         ec2,
@@ -233,8 +246,9 @@ def serve_image(image: dict[str, Any], uefi_data: str | None = UEFI_DATA) -> Non
     )
 
 
-
-def plan_and_launch(world: World, execution_input: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def plan_and_launch(
+    world: World, execution_input: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     from compactor.handlers import launch, prepare
 
     plan = prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)

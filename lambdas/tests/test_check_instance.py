@@ -3,9 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import check_instance
+
 from tests.conftest import EXECUTION, STACK, World, plan_and_launch, ssm_ping
 from tests.support import amend
 
@@ -20,9 +20,9 @@ def test_running_and_online_is_ready_with_its_volume_pairs(world: World) -> None
     result = check(world, plan, instance)
     attached = {
         m["DeviceName"]: m["Ebs"]["VolumeId"]
-        for m in world.ec2.describe_instances(InstanceIds=[instance["instanceId"]])["Reservations"][0][
-            "Instances"
-        ][0]["BlockDeviceMappings"]
+        for m in world.ec2.describe_instances(InstanceIds=[instance["instanceId"]])["Reservations"][
+            0
+        ]["Instances"][0]["BlockDeviceMappings"]
     }
     assert result == {
         "ready": True,
@@ -103,5 +103,8 @@ def test_lost_instance(world: World, action: str) -> None:
         world.ec2.terminate_instances(InstanceIds=[instance["instanceId"]])
     else:
         world.ec2.stop_instances(InstanceIds=[instance["instanceId"]])
-    with pytest.raises(errors.InstanceLost, match=f"{instance['instanceId']} is (terminated|stopped|stopping|shutting-down)"):
+    with pytest.raises(
+        errors.InstanceLost,
+        match=f"{instance['instanceId']} is (terminated|stopped|stopping|shutting-down)",
+    ):
         check(world, plan, instance)

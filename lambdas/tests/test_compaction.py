@@ -4,15 +4,19 @@ import json
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import check_compaction, start_compaction
+
 from tests.conftest import DOCUMENT, EXECUTION, World, ready_instance
 from tests.support import capture, error_response, respond
 
 
-def start(world: World, plan: dict[str, Any], instance: dict[str, Any], ready: dict[str, Any]) -> dict[str, Any]:
-    return start_compaction.handler({"plan": plan, "instance": instance, "ready": ready}, world.context)
+def start(
+    world: World, plan: dict[str, Any], instance: dict[str, Any], ready: dict[str, Any]
+) -> dict[str, Any]:
+    return start_compaction.handler(
+        {"plan": plan, "instance": instance, "ready": ready}, world.context
+    )
 
 
 def check(world: World, instance: dict[str, Any], command: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +39,9 @@ def invocation(status: str, stdout: str = "", stderr: str = "", details: str | N
 
 
 def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
-    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot(), "jobs": 32, "verify": False, "method": "trim"})
+    plan, instance, ready = ready_instance(
+        world, {"snapshotId": world.snapshot(), "jobs": 32, "verify": False, "method": "trim"}
+    )
     calls = capture(aws.ssm(), "SendCommand")
     command = start(world, plan, instance, ready)
     (request,) = calls
@@ -57,7 +63,10 @@ def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
     }
     assert EXECUTION in request["Comment"]
     assert command == {"commandId": command["commandId"]}
-    assert aws.ssm().list_commands(CommandId=command["commandId"])["Commands"][0]["DocumentName"] == DOCUMENT
+    assert (
+        aws.ssm().list_commands(CommandId=command["commandId"])["Commands"][0]["DocumentName"]
+        == DOCUMENT
+    )
 
 
 def test_multi_volume_parameters_are_comma_lists_in_pair_order(world: World) -> None:
@@ -117,14 +126,18 @@ def test_success_gives_the_summary_line(world: World) -> None:
         ]
     }
     invocation("Success", stdout=json.dumps(summary) + "\n")
-    assert check(world, instance, command) == {"done": True, "status": "Success", "summary": summary}
+    assert check(world, instance, command) == {
+        "done": True,
+        "status": "Success",
+        "summary": summary,
+    }
 
 
 def test_success_without_a_summary_is_a_failure(world: World) -> None:
     plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
     command = start(world, plan, instance, ready)
     invocation("Success", stdout="copied\n")
-    with pytest.raises(errors.CompactionFailed, match="no .*summary"):
+    with pytest.raises(errors.CompactionFailed, match=r"no .*summary"):
         check(world, instance, command)
 
 
@@ -132,7 +145,10 @@ def test_success_without_a_summary_is_a_failure(world: World) -> None:
 def test_failure_reports_the_program_error_line(world: World, status: str) -> None:
     plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
     command = start(world, plan, instance, ready)
-    line = {"error": "unsupported: LVM physical volume on partition 2, use --method trim", "sourceVolumeId": "vol-1"}
+    line = {
+        "error": "unsupported: LVM physical volume on partition 2, use --method trim",
+        "sourceVolumeId": "vol-1",
+    }
     invocation(status, stdout=json.dumps(line) + "\n", stderr="progress 50%\n")
     with pytest.raises(errors.CompactionFailed) as caught:
         check(world, instance, command)
@@ -143,7 +159,7 @@ def test_failure_without_an_error_line_names_the_status(world: World) -> None:
     plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
     command = start(world, plan, instance, ready)
     invocation("TimedOut", stderr="copying 12%\n", details="ExecutionTimedOut")
-    with pytest.raises(errors.CompactionFailed, match="ended ExecutionTimedOut.*copying 12%"):
+    with pytest.raises(errors.CompactionFailed, match=r"ended ExecutionTimedOut.*copying 12%"):
         check(world, instance, command)
 
 

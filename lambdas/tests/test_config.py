@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import botocore.session
 import pytest
-
 from compactor import config as config_module
 from compactor.config import Config
 from compactor.errors import ConfigError
@@ -74,7 +73,9 @@ def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) ->
 
 
 def test_throughput_may_use_the_whole_ratio() -> None:
-    config = Config.from_env({**VALID, "SOURCE_VOLUME_IOPS": "8000", "SOURCE_VOLUME_THROUGHPUT": "2000"})
+    config = Config.from_env(
+        {**VALID, "SOURCE_VOLUME_IOPS": "8000", "SOURCE_VOLUME_THROUGHPUT": "2000"}
+    )
     assert config.source_volume_throughput == 2000
 
 

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from compactor import errors
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"

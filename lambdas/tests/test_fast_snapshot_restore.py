@@ -3,23 +3,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import enable_fast_snapshot_restore
+
 from tests.conftest import World
 from tests.support import respond
 
 PLAN: dict[str, Any] = {"fastSnapshotRestoreAzs": ["us-east-1a", "us-east-1b"]}
 SNAPSHOTS = {
     "snapshots": [
-        {"index": 0, "snapshotId": "snap-0000000000000000a", "sourceSnapshotId": "snap-1", "deviceName": None}
+        {
+            "index": 0,
+            "snapshotId": "snap-0000000000000000a",
+            "sourceSnapshotId": "snap-1",
+            "deviceName": None,
+        }
     ],
     "completed": True,
 }
 
 
 def run(world: World, plan: dict[str, Any]) -> dict[str, Any]:
-    return enable_fast_snapshot_restore.handler({"plan": plan, "snapshots": SNAPSHOTS}, world.context)
+    return enable_fast_snapshot_restore.handler(
+        {"plan": plan, "snapshots": SNAPSHOTS}, world.context
+    )
 
 
 def test_enables_in_every_az_of_the_input(world: World) -> None:
@@ -38,12 +45,23 @@ def test_enables_in_every_az_of_the_input(world: World) -> None:
     )
     assert run(world, PLAN) == {
         "states": [
-            {"snapshotId": "snap-0000000000000000a", "availabilityZone": "us-east-1a", "state": "enabling"},
-            {"snapshotId": "snap-0000000000000000a", "availabilityZone": "us-east-1b", "state": "enabling"},
+            {
+                "snapshotId": "snap-0000000000000000a",
+                "availabilityZone": "us-east-1a",
+                "state": "enabling",
+            },
+            {
+                "snapshotId": "snap-0000000000000000a",
+                "availabilityZone": "us-east-1b",
+                "state": "enabling",
+            },
         ]
     }
     assert calls == [
-        {"AvailabilityZones": ["us-east-1a", "us-east-1b"], "SourceSnapshotIds": ["snap-0000000000000000a"]}
+        {
+            "AvailabilityZones": ["us-east-1a", "us-east-1b"],
+            "SourceSnapshotIds": ["snap-0000000000000000a"],
+        }
     ]
 
 
@@ -63,7 +81,10 @@ def unsuccessful(code: str, message: str) -> None:
                 {
                     "SnapshotId": params["SourceSnapshotIds"][0],
                     "FastSnapshotRestoreStateErrors": [
-                        {"AvailabilityZone": "us-east-1a", "Error": {"Code": code, "Message": message}}
+                        {
+                            "AvailabilityZone": "us-east-1a",
+                            "Error": {"Code": code, "Message": message},
+                        }
                     ],
                 }
             ],
@@ -73,11 +94,11 @@ def unsuccessful(code: str, message: str) -> None:
 
 def test_limit_reached_meanwhile(world: World) -> None:
     unsuccessful("FastSnapshotRestoreLimitExceeded", "limit of 5 exceeded")
-    with pytest.raises(errors.FastSnapshotRestoreLimitExceeded, match="us-east-1a.*limit of 5"):
+    with pytest.raises(errors.FastSnapshotRestoreLimitExceeded, match=r"us-east-1a.*limit of 5"):
         run(world, PLAN)
 
 
 def test_other_failures_are_raised_with_their_reason(world: World) -> None:
     unsuccessful("InvalidSnapshot.NotFound", "gone")
-    with pytest.raises(RuntimeError, match="InvalidSnapshot.NotFound: gone"):
+    with pytest.raises(RuntimeError, match=r"InvalidSnapshot.NotFound: gone"):
         run(world, PLAN)

@@ -3,9 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import launch, prepare
+
 from tests.conftest import EXECUTION, STACK, World
 from tests.support import capture, client_error, on_params
 
@@ -192,7 +192,12 @@ def test_no_spot_capacity_when_on_demand_is_not_allowed(
 
 def test_no_capacity_at_all(world: World) -> None:
     plan = plan_for(world)
-    pools = [(m, t, s) for m in ("spot", "on-demand") for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    pools = [
+        (m, t, s)
+        for m in ("spot", "on-demand")
+        for t in ("m7i.large", "m6i.large")
+        for s in world.subnets
+    ]
     fail_pools(dict.fromkeys(pools, "InsufficientInstanceCapacity"))
     with pytest.raises(errors.NoCapacity, match="no Spot or On-Demand capacity"):
         run(world, plan)

@@ -4,10 +4,18 @@ from typing import Any
 
 import boto3
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import prepare
-from tests.conftest import EXECUTION, REGION, SOURCE_IMAGE_ID, UEFI_DATA, World, serve_image, source_image
+
+from tests.conftest import (
+    EXECUTION,
+    REGION,
+    SOURCE_IMAGE_ID,
+    UEFI_DATA,
+    World,
+    serve_image,
+    source_image,
+)
 from tests.support import amend, error_response, respond
 
 
@@ -59,7 +67,9 @@ def test_full_snapshot_size_is_recorded(world: World) -> None:
             snapshot["FullSnapshotSizeInBytes"] = 123_456_789
 
     amend(aws.ec2(), "DescribeSnapshots", with_size)
-    assert run(world, {"snapshotId": snapshot_id})["volumes"][0]["sourceFullSizeBytes"] == 123_456_789
+    assert (
+        run(world, {"snapshotId": snapshot_id})["volumes"][0]["sourceFullSizeBytes"] == 123_456_789
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,7 +119,7 @@ def test_invalid_input_is_refused_and_creates_nothing(
 
 def test_snapshot_in_another_region(world: World) -> None:
     arn = "arn:aws:ec2:eu-west-1:123456789012:snapshot/snap-0123456789abcdef0"
-    with pytest.raises(errors.SnapshotInOtherRegion, match="is in eu-west-1.*copy the snapshot"):
+    with pytest.raises(errors.SnapshotInOtherRegion, match=r"is in eu-west-1.*copy the snapshot"):
         run(world, {"snapshotId": arn})
 
 
@@ -136,7 +146,7 @@ def test_snapshot_not_completed(world: World) -> None:
 
 def test_volume_too_large(world: World) -> None:
     snapshot_id = world.snapshot(size=1025)
-    with pytest.raises(errors.VolumeTooLarge, match="1025 GiB.*MAX_VOLUME_GIB=1024"):
+    with pytest.raises(errors.VolumeTooLarge, match=r"1025 GiB.*MAX_VOLUME_GIB=1024"):
         run(world, {"snapshotId": snapshot_id})
 
 
@@ -180,7 +190,7 @@ def test_kms_key_disabled(world: World) -> None:
 
 def test_kms_key_access_denied(world: World) -> None:
     respond(aws.kms(), "DescribeKey", lambda _: error_response("AccessDeniedException", "no"))
-    with pytest.raises(errors.KmsKeyNotUsable, match="not usable by the stack.*kmsKeyArns"):
+    with pytest.raises(errors.KmsKeyNotUsable, match=r"not usable by the stack.*kmsKeyArns"):
         run(world, {"snapshotId": world.snapshot(), "kmsKeyId": world.kms_key_arn})
 
 
@@ -202,7 +212,11 @@ def active_restores(count: int) -> None:
         "DescribeFastSnapshotRestores",
         lambda _: {
             "FastSnapshotRestores": [
-                {"SnapshotId": f"snap-00000000000000{n:03d}", "AvailabilityZone": az, "State": "enabled"}
+                {
+                    "SnapshotId": f"snap-00000000000000{n:03d}",
+                    "AvailabilityZone": az,
+                    "State": "enabled",
+                }
                 for n in range(count)
                 for az in ("us-east-1a", "us-east-1b")
             ]
@@ -221,7 +235,8 @@ def test_fast_snapshot_restore_over_the_limit(world: World) -> None:
     image = source_image(world, volume_count=2)
     serve_image(image)
     with pytest.raises(
-        errors.FastSnapshotRestoreLimitExceeded, match="2 new snapshot\\(s\\).*limit of 5.*4 already"
+        errors.FastSnapshotRestoreLimitExceeded,
+        match=r"2 new snapshot\(s\).*limit of 5.*4 already",
     ):
         run(world, {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"]})
 
@@ -233,7 +248,9 @@ def test_image_plan_captures_every_attribute(world: World) -> None:
     first, second = (m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"][:2])
     assert plan["source"] == {"kind": "image", "imageId": SOURCE_IMAGE_ID}
     assert plan["imageName"] == f"app-server-2026.11-compact-{EXECUTION}"
-    assert [(v["index"], v["sourceSnapshotId"], v["deviceName"], v["sizeGiB"]) for v in plan["volumes"]] == [
+    assert [
+        (v["index"], v["sourceSnapshotId"], v["deviceName"], v["sizeGiB"]) for v in plan["volumes"]
+    ] == [
         (0, first, "/dev/xvda", 8),
         (1, second, "/dev/xvdb", 9),
     ]
@@ -294,7 +311,7 @@ def test_image_with_instance_store_root(world: World) -> None:
 
 def test_image_with_too_many_volumes(world: World) -> None:
     serve_image(source_image(world, volume_count=11))
-    with pytest.raises(errors.TooManyVolumes, match="11 EBS volumes.*at most 10"):
+    with pytest.raises(errors.TooManyVolumes, match=r"11 EBS volumes.*at most 10"):
         run(world, {"imageId": SOURCE_IMAGE_ID})
 
 

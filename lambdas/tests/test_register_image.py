@@ -4,9 +4,9 @@ from typing import Any
 
 import boto3
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import create_snapshots, register_image
+
 from tests.conftest import (
     EXECUTION,
     REGION,
@@ -21,7 +21,9 @@ from tests.conftest import (
 from tests.support import capture, error_response, respond
 
 
-def compacted_image_job(world: World, **image_overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def compacted_image_job(
+    world: World, **image_overrides: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
     serve_image(source_image(world, volume_count=2, **image_overrides))
     plan, _, ready = ready_instance(world, {"imageId": SOURCE_IMAGE_ID, "tags": {"env": "prod"}})
     snapshots = create_snapshots.handler({"plan": plan, "ready": ready}, world.context)
@@ -89,7 +91,9 @@ def test_registers_an_equivalent_ami_on_the_new_snapshots(world: World) -> None:
         ],
     }
     assert result["warnings"] == []
-    assert result["imageId"] in {i["ImageId"] for i in world.ec2.describe_images(Owners=["self"])["Images"]}
+    assert result["imageId"] in {
+        i["ImageId"] for i in world.ec2.describe_images(Owners=["self"])["Images"]
+    }
 
 
 def test_architecture_is_always_passed(world: World) -> None:
@@ -101,7 +105,7 @@ def test_architecture_is_always_passed(world: World) -> None:
 
 
 def test_new_snapshots_carry_ami_lineage(world: World) -> None:
-    plan, snapshots = compacted_image_job(world)
+    _, snapshots = compacted_image_job(world)
     for item in snapshots["snapshots"]:
         snapshot = world.ec2.describe_snapshots(SnapshotIds=[item["snapshotId"]])["Snapshots"][0]
         found = {t["Key"]: t["Value"] for t in snapshot["Tags"]}
@@ -147,12 +151,20 @@ def test_a_retried_call_returns_the_ami_of_the_first(world: World) -> None:
 def test_name_taken_by_someone_else(world: World) -> None:
     plan, snapshots = compacted_image_job(world)
     boto3.client("ec2", region_name=REGION).register_image(Name=plan["imageName"])
-    with pytest.raises(errors.ImageRegistrationFailed, match="already exists.*pass another imageName"):
+    with pytest.raises(
+        errors.ImageRegistrationFailed, match=r"already exists.*pass another imageName"
+    ):
         register(world, plan, snapshots)
 
 
 def test_register_image_refused(world: World) -> None:
     plan, snapshots = compacted_image_job(world)
-    respond(aws.ec2(), "RegisterImage", lambda _: error_response("InvalidParameterValue", "bad boot mode"))
-    with pytest.raises(errors.ImageRegistrationFailed, match="InvalidParameterValue: bad boot mode"):
+    respond(
+        aws.ec2(),
+        "RegisterImage",
+        lambda _: error_response("InvalidParameterValue", "bad boot mode"),
+    )
+    with pytest.raises(
+        errors.ImageRegistrationFailed, match="InvalidParameterValue: bad boot mode"
+    ):
         register(world, plan, snapshots)

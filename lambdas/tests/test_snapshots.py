@@ -3,9 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import check_snapshots, create_snapshots
+
 from tests.conftest import EXECUTION, STACK, World, ready_instance
 from tests.support import amend
 
@@ -21,15 +21,27 @@ def tags_of(world: World, snapshot_id: str) -> dict[str, str]:
 
 def test_snapshots_each_target_with_copied_description_and_tags(world: World) -> None:
     source = world.snapshot(
-        tags={"team": "db", "aws:backup:source-resource": "x", "compact": "yes", "ebs-snapshot-compactor:role": "snapshot"},
+        tags={
+            "team": "db",
+            "aws:backup:source-resource": "x",
+            "compact": "yes",
+            "ebs-snapshot-compactor:role": "snapshot",
+        },
         description="db volume, nightly",
     )
-    plan, _, ready = ready_instance(world, {"snapshotId": source, "tags": {"env": "prod", "team": "data"}})
+    plan, _, ready = ready_instance(
+        world, {"snapshotId": source, "tags": {"env": "prod", "team": "data"}}
+    )
     result = create(world, plan, ready)
     (item,) = result["snapshots"]
     assert result == {
         "snapshots": [
-            {"index": 0, "snapshotId": item["snapshotId"], "sourceSnapshotId": source, "deviceName": None}
+            {
+                "index": 0,
+                "snapshotId": item["snapshotId"],
+                "sourceSnapshotId": source,
+                "deviceName": None,
+            }
         ]
     }
     snapshot = world.ec2.describe_snapshots(SnapshotIds=[item["snapshotId"]])["Snapshots"][0]
@@ -79,7 +91,9 @@ def test_snapshot_in_error(world: World) -> None:
     amend(
         aws.ec2(),
         "DescribeSnapshots",
-        lambda parsed: [s.update(State="error", StateMessage="internal error") for s in parsed["Snapshots"]],
+        lambda parsed: [
+            s.update(State="error", StateMessage="internal error") for s in parsed["Snapshots"]
+        ],
     )
     with pytest.raises(errors.SnapshotFailed, match="internal error"):
         check_snapshots.handler({"snapshots": created}, world.context)

@@ -3,16 +3,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from compactor import aws, errors
 from compactor.handlers import create_snapshots, teardown
+
 from tests.conftest import EXECUTION, STACK, World, ready_instance
 from tests.support import error_response, respond
 
 OTHER_STACK = "someone-elses-stack"
 
 
-def owner_tags(stack: str = STACK, execution: str = EXECUTION, role: str = "snapshot") -> list[dict[str, str]]:
+def owner_tags(
+    stack: str = STACK, execution: str = EXECUTION, role: str = "snapshot"
+) -> list[dict[str, str]]:
     return [
         {"Key": "ebs-snapshot-compactor:stack", "Value": stack},
         {"Key": "ebs-snapshot-compactor:execution", "Value": execution},
@@ -52,9 +54,19 @@ def foreign_resources(world: World) -> dict[str, set[str]]:
         MinCount=1,
         MaxCount=1,
         ImageId=world.base_image_id,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": owner_tags(execution="exec-2", role="transfer-instance")}],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": owner_tags(execution="exec-2", role="transfer-instance"),
+            }
+        ],
     )["Instances"][0]["InstanceId"]
-    return {"instances": {instance_id}, "volumes": volumes, "snapshots": snapshots, "images": images}
+    return {
+        "instances": {instance_id},
+        "volumes": volumes,
+        "snapshots": snapshots,
+        "images": images,
+    }
 
 
 def workflow_resources(world: World) -> dict[str, Any]:
@@ -92,9 +104,13 @@ def tagged_with_execution(world: World) -> dict[str, set[str]]:
         },
         "volumes": {v["VolumeId"] for v in world.ec2.describe_volumes(Filters=owned)["Volumes"]},
         "snapshots": {
-            s["SnapshotId"] for s in world.ec2.describe_snapshots(OwnerIds=["self"], Filters=owned)["Snapshots"]
+            s["SnapshotId"]
+            for s in world.ec2.describe_snapshots(OwnerIds=["self"], Filters=owned)["Snapshots"]
         },
-        "images": {i["ImageId"] for i in world.ec2.describe_images(Owners=["self"], Filters=owned)["Images"]},
+        "images": {
+            i["ImageId"]
+            for i in world.ec2.describe_images(Owners=["self"], Filters=owned)["Images"]
+        },
     }
 
 
@@ -168,7 +184,11 @@ def test_retry_is_like_success(world: World) -> None:
 
 def test_busy_snapshot_counts_as_remaining(world: World) -> None:
     created = workflow_resources(world)
-    respond(aws.ec2(), "DeleteSnapshot", lambda _: error_response("InvalidSnapshot.InUse", "used by ami"))
+    respond(
+        aws.ec2(),
+        "DeleteSnapshot",
+        lambda _: error_response("InvalidSnapshot.InUse", "used by ami"),
+    )
     result = run(world, "failure")
     assert result["deletedSnapshots"] == []
     assert result["remaining"] >= len(created["snapshots"])
@@ -179,7 +199,10 @@ def test_busy_snapshot_counts_as_remaining(world: World) -> None:
     [
         ({"executionName": EXECUTION, "outcome": "done"}, "outcome 'done' is invalid"),
         ({"executionName": "", "outcome": "success"}, "execution name"),
-        ({"executionName": EXECUTION, "outcome": "failure", "keep": {"snapshotIds": "snap-1"}}, "list of ids"),
+        (
+            {"executionName": EXECUTION, "outcome": "failure", "keep": {"snapshotIds": "snap-1"}},
+            "list of ids",
+        ),
     ],
 )
 def test_bad_payload_touches_nothing(world: World, event: dict[str, Any], complaint: str) -> None:

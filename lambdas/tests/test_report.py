@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from compactor import aws
+from compactor.handlers import report
+from compactor.report.build import phase_seconds
+
+from tests.conftest import EXECUTION, World
+from tests.support import amend, capture, respond
+
+TIMINGS = {
+    "start": "2026-11-21T10:00:00.000Z",
+    "prepare": "2026-11-21T10:00:00.500Z",
+    "launch": "2026-11-21T10:00:02Z",
+    "waitReady": "2026-11-21T10:00:10.000Z",
+    "compaction": "2026-11-21T10:01:10.000Z",
+    "snapshot": "2026-11-21T10:11:10.000Z",
+    "teardown": "2026-11-21T10:20:00.000Z",
+    "report": "2026-11-21T10:20:30.000Z",
+}
+
+
+def test_phase_seconds_run_from_each_start_to_the_next() -> None:
+    timings = {k: datetime.fromisoformat(v.replace("Z", "+00:00")) for k, v in TIMINGS.items()}
+    now = datetime(2026, 11, 21, 10, 20, 31, tzinfo=UTC)
+    assert phase_seconds(timings, now) == {
+        "prepare": 1.5,
+        "launch": 8.0,
+        "waitReady": 60.0,
+        "compaction": 600.0,
+        "snapshot": 530.0,
+        "teardown": 30.0,
+        "report": 1.0,
+    }
+
+
+def success_state(world: World) -> dict[str, Any]:
+    source = world.snapshot()
+    volume_id = world.ec2.create_volume(Size=8, AvailabilityZone=world.azs[0])["VolumeId"]
+    new = world.ec2.create_snapshot(VolumeId=volume_id)["SnapshotId"]
+    return {
+        "input": {"snapshotId": source},
+        "executionName": EXECUTION,
+        "launchAttempt": 1,
+        "timings": TIMINGS,
+        "plan": {
+            "executionName": EXECUTION,
+            "source": {"kind": "snapshot", "snapshotId": source},
+            "volumes": [
+                {
+                    "index": 0,
+                    "sourceSnapshotId": source,
+                    "deviceName": None,
+                    "sizeGiB": 8,
+                    "encrypted": False,
+                    "kmsKeyId": None,
+                    "sourceFullSizeBytes": 8_589_934_592,
+                }
+            ],
+        },
+        "ready": {"volumes": [{"index": 0, "sourceVolumeId": "vol-s", "targetVolumeId": "vol-t"}]},
+        "compaction": {
+            "done": True,
+            "status": "Success",
+            "summary": {
+                "volumes": [
+                    {
+                        "sourceVolumeId": "vol-s",
+                        "targetVolumeId": "vol-t",
+                        "source_bytes_read": 3_000_000_000,
+                        "target_bytes_written": 2_000_000_000,
+                        "verified": True,
+                    }
+                ]
+            },
+        },
+        "snapshots": {
+            "snapshots": [
+                {"index": 0, "snapshotId": new, "sourceSnapshotId": source, "deviceName": None}
+            ],
+            "completed": True,
+        },
+        "fastSnapshotRestore": {
+            "states": [{"snapshotId": new, "availabilityZone": "us-east-1a", "state": "enabling"}]
+        },
+        "teardown": {"remaining": 0},
+        "outcome": "success",
+    }
+
+
+def test_success_report_is_returned_and_published(world: World) -> None:
+    state = success_state(world)
+    new = state["snapshots"]["snapshots"][0]["snapshotId"]
+    amend(
+        aws.ec2(),
+        "DescribeSnapshots",
+        lambda parsed: [
+            s.update(FullSnapshotSizeInBytes=2_097_152_000) for s in parsed["Snapshots"]
+        ],
+    )
+    sent = capture(aws.events(), "PutEvents")
+    result = report.handler(state, world.context)
+    assert result["outcome"] == "success"
+    assert result["executionName"] == EXECUTION
+    assert result["source"] == state["plan"]["source"]
+    assert result["volumes"] == [
+        {
+            "index": 0,
+            "sourceSnapshotId": state["plan"]["volumes"][0]["sourceSnapshotId"],
+            "newSnapshotId": new,
+            "sourceFullSizeBytes": 8_589_934_592,
+            "newFullSizeBytes": 2_097_152_000,
+            "sourceBytesRead": 3_000_000_000,
+            "targetBytesWritten": 2_000_000_000,
+            "writtenBlocks": None,
+        }
+    ]
+    assert result["imageId"] is None
+    assert result["fastSnapshotRestore"] == state["fastSnapshotRestore"]["states"]
+    assert result["phaseSeconds"]["compaction"] == 600.0
+    assert result["totalSeconds"] > 1800
+    assert result["error"] is None
+    (entries,) = (call["Entries"] for call in sent)
+    assert entries == [
+        {
+            "Source": "ebs-snapshot-compactor",
+            "DetailType": "EBS Snapshot Compaction Succeeded",
+            "Detail": json.dumps(result),
+            "EventBusName": "default",
+        }
+    ]
+
+
+def test_failure_before_a_plan_still_reports(world: World) -> None:
+    cause = json.dumps(
+        {"errorMessage": "snapshot snap-0 not found in us-east-1", "errorType": "SnapshotNotFound"}
+    )
+    state = {
+        "input": {"snapshotId": "snap-0123456789abcdef0"},
+        "executionName": EXECUTION,
+        "launchAttempt": 1,
+        "timings": {
+            "start": TIMINGS["start"],
+            "prepare": TIMINGS["prepare"],
+            "teardown": TIMINGS["teardown"],
+        },
+        "error": {"Error": "SnapshotNotFound", "Cause": cause},
+        "outcome": "failure",
+    }
+    sent = capture(aws.events(), "PutEvents")
+    result = report.handler(state, world.context)
+    assert result["outcome"] == "failure"
+    assert result["source"] == {"kind": "snapshot", "snapshotId": "snap-0123456789abcdef0"}
+    assert result["volumes"] == []
+    assert result["error"] == {
+        "Error": "SnapshotNotFound",
+        "Cause": "snapshot snap-0 not found in us-east-1",
+    }
+    assert set(result["phaseSeconds"]) == {"prepare", "teardown"}
+    assert sent[0]["Entries"][0]["DetailType"] == "EBS Snapshot Compaction Failed"
+
+
+def test_deleted_new_snapshot_is_not_reported_as_new(world: World) -> None:
+    state = success_state(world)
+    new = state["snapshots"]["snapshots"][0]["snapshotId"]
+    world.ec2.delete_snapshot(SnapshotId=new)
+    state.update(outcome="failure", error={"Error": "States.Timeout", "Cause": "too slow"})
+    volume = report.handler(state, world.context)["volumes"][0]
+    assert (volume["newSnapshotId"], volume["newFullSizeBytes"]) == (None, None)
+
+
+def test_event_not_accepted_fails_the_task(world: World) -> None:
+    respond(
+        aws.events(),
+        "PutEvents",
+        lambda _: {
+            "FailedEntryCount": 1,
+            "Entries": [{"ErrorCode": "AccessDeniedException", "ErrorMessage": "not allowed"}],
+        },
+    )
+    with pytest.raises(RuntimeError, match=r"PutEvents to default failed.*AccessDeniedException"):
+        report.handler(success_state(world), world.context)

@@ -1,0 +1,144 @@
+"""The handlers chained in the order of the state machine, each fed what the previous ones
+returned, as the contract's payloads say (only the calls moto lacks are played back)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from compactor import aws
+from compactor.handlers import (
+    check_compaction,
+    check_instance,
+    check_snapshots,
+    create_snapshots,
+    enable_fast_snapshot_restore,
+    launch,
+    prepare,
+    register_image,
+    report,
+    start_compaction,
+    teardown,
+)
+
+from tests.conftest import EXECUTION, SOURCE_IMAGE_ID, World, serve_image, source_image, ssm_ping
+from tests.support import capture, respond
+
+TIMINGS = {"start": "2026-11-21T10:00:00Z", "prepare": "2026-11-21T10:00:01Z"}
+
+
+def command_succeeds() -> None:
+    def invocation(params: dict[str, Any]) -> dict[str, Any]:
+        command = aws.ssm().list_commands(CommandId=params["CommandId"])["Commands"][0]
+        sources = command["Parameters"]["SourceVolumeIds"][0].split(",")
+        targets = command["Parameters"]["TargetVolumeIds"][0].split(",")
+        line = {
+            "volumes": [
+                {
+                    "sourceVolumeId": s,
+                    "targetVolumeId": t,
+                    "source_bytes_read": 100 * (n + 1),
+                    "target_bytes_written": 10 * (n + 1),
+                }
+                for n, (s, t) in enumerate(zip(sources, targets, strict=True))
+            ]
+        }
+        return {
+            "Status": "Success",
+            "StatusDetails": "Success",
+            "StandardOutputContent": json.dumps(line),
+        }
+
+    respond(aws.ssm(), "GetCommandInvocation", invocation)
+
+
+def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any]:
+    ctx = world.context
+    state: dict[str, Any] = {
+        "input": execution_input,
+        "executionName": EXECUTION,
+        "launchAttempt": 1,
+        "timings": dict(TIMINGS),
+    }
+    state["plan"] = prepare.handler({"input": state["input"], "executionName": EXECUTION}, ctx)
+    state["instance"] = launch.handler({"plan": state["plan"], "launchAttempt": 1}, ctx)
+    ssm_ping("Online")
+    state["ready"] = check_instance.handler(
+        {"plan": state["plan"], "instance": state["instance"]}, ctx
+    )
+    assert state["ready"]["ready"]
+    state["command"] = start_compaction.handler(
+        {"plan": state["plan"], "instance": state["instance"], "ready": state["ready"]}, ctx
+    )
+    command_succeeds()
+    state["compaction"] = check_compaction.handler(
+        {"instance": state["instance"], "command": state["command"]}, ctx
+    )
+    assert state["compaction"]["done"]
+    state["snapshots"] = create_snapshots.handler(
+        {"plan": state["plan"], "ready": state["ready"]}, ctx
+    )
+    state["snapshots"] = check_snapshots.handler({"snapshots": state["snapshots"]}, ctx)
+    assert state["snapshots"]["completed"]
+    if state["plan"]["image"] is not None:
+        state["image"] = register_image.handler(
+            {"plan": state["plan"], "snapshots": state["snapshots"]}, ctx
+        )
+    if state["plan"]["fastSnapshotRestoreAzs"]:
+        state["fastSnapshotRestore"] = enable_fast_snapshot_restore.handler(
+            {"plan": state["plan"], "snapshots": state["snapshots"]}, ctx
+        )
+    keep = {
+        "snapshotIds": [s["snapshotId"] for s in state["snapshots"]["snapshots"]],
+        "imageId": state.get("image", {}).get("imageId"),
+    }
+    for _ in range(3):
+        state["teardown"] = teardown.handler(
+            {"executionName": EXECUTION, "outcome": "success", "keep": keep}, ctx
+        )
+        if state["teardown"]["remaining"] == 0:
+            break
+    assert state["teardown"]["remaining"] == 0
+    return report.handler({**state, "outcome": "success"}, ctx)
+
+
+def test_snapshot_job(world: World) -> None:
+    source = world.snapshot(tags={"team": "db"})
+    described = world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"]
+    before = world.inventory()
+    result = run_workflow(world, {"snapshotId": source})
+    (volume,) = result["volumes"]
+    assert (
+        volume["sourceSnapshotId"],
+        volume["sourceBytesRead"],
+        volume["targetBytesWritten"],
+    ) == (source, 100, 10)
+    after = world.inventory()
+    assert after["instances"] == before["instances"]
+    assert after["volumes"] == before["volumes"]
+    assert after["snapshots"] - before["snapshots"] == {volume["newSnapshotId"]}
+    assert world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"] == described
+
+
+def test_image_job_with_fast_snapshot_restore(world: World) -> None:
+    serve_image(source_image(world, volume_count=2))
+    respond(aws.ec2(), "DescribeFastSnapshotRestores", lambda _: {"FastSnapshotRestores": []})
+    respond(
+        aws.ec2(),
+        "EnableFastSnapshotRestores",
+        lambda params: {
+            "Successful": [
+                {"SnapshotId": s, "AvailabilityZone": "us-east-1a", "State": "enabling"}
+                for s in params["SourceSnapshotIds"]
+            ]
+        },
+    )
+    registered = capture(aws.ec2(), "RegisterImage")
+    result = run_workflow(
+        world, {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"]}
+    )
+    assert [v["targetBytesWritten"] for v in result["volumes"]] == [10, 20]
+    new = [v["newSnapshotId"] for v in result["volumes"]]
+    assert [m["Ebs"]["SnapshotId"] for m in registered[0]["BlockDeviceMappings"][:2]] == new
+    assert result["imageId"] is not None
+    assert [s["snapshotId"] for s in result["fastSnapshotRestore"]] == new
