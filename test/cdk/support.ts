@@ -33,6 +33,7 @@ export interface AslState {
 export interface AslDefinition {
   StartAt: string;
   States: Record<string, AslState>;
+  TimeoutSeconds?: number;
 }
 
 export const FUNCTION_ARN_PREFIX = 'arn:aws:lambda:us-east-1:111122223333:function:';

@@ -1,0 +1,53 @@
+import { spawnSync } from 'child_process';
+import * as path from 'path';
+import { LAMBDAS_DIR } from '../../lib/task-functions';
+import { synthTemplate } from './support';
+
+const PYTHON = path.join(__dirname, '..', '..', '.venv', 'bin', 'python');
+
+/** Imports each module in the project venv and prints which handlers are callable. */
+const RESOLVE = `
+import importlib, json, sys
+found = {}
+for handler in json.loads(sys.argv[1]):
+    module_name, _, function_name = handler.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        found[handler] = f"import failed: {type(error).__name__}: {error}"
+        continue
+    found[handler] = "ok" if callable(getattr(module, function_name, None)) else f"{module_name} has no function {function_name}"
+print(json.dumps(found))
+`;
+
+/** Template values such as {"Ref": ...} become placeholder strings, as Lambda would see real values. */
+function plainEnvironment(variables: Record<string, unknown>): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(variables).map(([key, value]) => [
+      key,
+      typeof value === 'string' ? value : `${key.toLowerCase()}-from-cfn`,
+    ]),
+  );
+}
+
+test('every function Handler resolves to a callable in the Lambda package, with the stack environment', () => {
+  const template = synthTemplate();
+  const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+  const handlers = functions.map((fn) => String(fn.Properties.Handler));
+  expect(handlers).toHaveLength(11);
+  const environment = plainEnvironment(functions[0].Properties.Environment.Variables);
+  const result = spawnSync(PYTHON, ['-c', RESOLVE, JSON.stringify(handlers)], {
+    cwd: LAMBDAS_DIR,
+    env: {
+      PATH: process.env.PATH,
+      PYTHONPATH: LAMBDAS_DIR,
+      AWS_DEFAULT_REGION: 'us-east-1',
+      POWERTOOLS_TRACE_DISABLED: 'true',
+      ...environment,
+    },
+    encoding: 'utf8',
+  });
+  if (result.status !== 0) throw new Error(`python failed (${result.status}): ${result.stderr}`);
+  const found = JSON.parse(result.stdout) as Record<string, string>;
+  expect(found).toEqual(Object.fromEntries(handlers.map((handler) => [handler, 'ok'])));
+});
