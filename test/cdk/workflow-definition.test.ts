@@ -1,5 +1,5 @@
 import { LAMBDA_SERVICE_ERRORS, PHASES } from '../../lib/workflow-building-blocks';
-import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
+import { AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 /** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
 function successors(state: AslState): string[] {
