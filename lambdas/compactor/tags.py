@@ -17,8 +17,6 @@ SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
 SOURCE_IMAGE = PREFIX + "source-image"
 
 ROLE_INSTANCE = "transfer-instance"
-ROLE_SOURCE_VOLUME = "source-volume"
-ROLE_TARGET_VOLUME = "target-volume"
 ROLE_SNAPSHOT = "snapshot"
 ROLE_IMAGE = "image"
 

@@ -41,24 +41,18 @@ def test_running_and_online_is_ready_with_its_volume_pairs(world: World) -> None
     assert calls[0]["Filters"] == [{"Key": "InstanceIds", "Values": [instance["instanceId"]]}]
 
 
-def test_volumes_get_their_roles(world: World) -> None:
+def test_volumes_are_tagged_as_the_transfer_instance_s(world: World) -> None:
     plan, instance = plan_and_launch(world, {"snapshotId": world.snapshot()})
     ssm_ping("Online")
     volumes = check(world, plan, instance)["volumes"][0]
-    described = {
-        v["VolumeId"]: {t["Key"]: t["Value"] for t in v["Tags"]}
-        for v in world.ec2.describe_volumes(
-            VolumeIds=[volumes["sourceVolumeId"], volumes["targetVolumeId"]]
-        )["Volumes"]
-    }
-    for volume_id, role in (
-        (volumes["sourceVolumeId"], "source-volume"),
-        (volumes["targetVolumeId"], "target-volume"),
-    ):
-        assert described[volume_id] == {
+    described = world.ec2.describe_volumes(
+        VolumeIds=[volumes["sourceVolumeId"], volumes["targetVolumeId"]]
+    )["Volumes"]
+    for volume in described:
+        assert {t["Key"]: t["Value"] for t in volume["Tags"]} == {
             "ebs-snapshot-compactor:stack": STACK,
             "ebs-snapshot-compactor:execution": EXECUTION,
-            "ebs-snapshot-compactor:role": role,
+            "ebs-snapshot-compactor:role": "transfer-instance",
         }
 
 

@@ -35,8 +35,8 @@ def foreign_resources(world: World) -> dict[str, set[str]]:
     volumes, snapshots, images = set(), set(), set()
     for tags in (
         [],
-        owner_tags(execution="exec-2", role="target-volume"),
-        owner_tags(stack=OTHER_STACK, role="target-volume"),
+        owner_tags(execution="exec-2", role="transfer-instance"),
+        owner_tags(stack=OTHER_STACK, role="transfer-instance"),
         owner_tags()[1:],  # execution tag without the stack tag
     ):
         spec = [{"ResourceType": "volume", "Tags": tags}] if tags else []
@@ -77,7 +77,9 @@ def workflow_resources(world: World) -> dict[str, Any]:
     stray = world.ec2.create_volume(
         Size=1,
         AvailabilityZone=world.azs[0],
-        TagSpecifications=[{"ResourceType": "volume", "Tags": owner_tags(role="target-volume")}],
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": owner_tags(role="transfer-instance")}
+        ],
     )["VolumeId"]
     image_id = world.ec2.register_image(Name="compacted")["ImageId"]
     world.ec2.create_tags(Resources=[image_id], Tags=owner_tags(role="image"))

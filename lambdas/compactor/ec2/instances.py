@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from compactor import aws, tags
-from compactor.config import Config
+from compactor import aws
 from compactor.errors import InstanceLost
 from compactor.models import AttachedVolume, InstanceResult, Plan, ReadyResult
 from compactor.volumes import source_device, target_device
@@ -40,7 +39,7 @@ def raise_if_lost(instance: InstanceTypeDef) -> None:
         )
 
 
-def check(plan: Plan, launched: InstanceResult, config: Config) -> ReadyResult:
+def check(plan: Plan, launched: InstanceResult) -> ReadyResult:
     instance = describe(launched["instanceId"])
     if instance is None:
         return {"ready": False, "state": "pending", "pingStatus": None, "volumes": []}
@@ -54,7 +53,6 @@ def check(plan: Plan, launched: InstanceResult, config: Config) -> ReadyResult:
     volumes = _job_volumes(plan, attached)
     if state != "running" or volumes is None:
         return {"ready": False, "state": state, "pingStatus": None, "volumes": volumes or []}
-    _tag_roles(volumes, plan["executionName"], config)
     ping = ssm_ping_status(launched["instanceId"])
     return {"ready": ping == "Online", "state": state, "pingStatus": ping, "volumes": volumes}
 
@@ -76,17 +74,6 @@ def _job_volumes(plan: Plan, attached: dict[str, str]) -> list[AttachedVolume] |
             }
         )
     return volumes
-
-
-def _tag_roles(volumes: list[AttachedVolume], execution: str, config: Config) -> None:
-    for role, volume_ids in (
-        (tags.ROLE_SOURCE_VOLUME, [v["sourceVolumeId"] for v in volumes]),
-        (tags.ROLE_TARGET_VOLUME, [v["targetVolumeId"] for v in volumes]),
-    ):
-        aws.ec2().create_tags(
-            Resources=volume_ids,
-            Tags=tags.to_aws(tags.ownership(config.stack_name, execution, role)),
-        )
 
 
 def ssm_ping_status(instance_id: str) -> str | None:

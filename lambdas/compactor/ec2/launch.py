@@ -159,8 +159,8 @@ def run_instances_request(
             tags.specification(
                 "instance", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
             ),
-            # RunInstances tags every volume alike (root included); check_instance then sets
-            # the source-volume / target-volume role on the job's volumes
+            # RunInstances tags every volume alike (root, source and target): all are the
+            # transfer instance's, deleted with it
             tags.specification(
                 "volume", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
             ),

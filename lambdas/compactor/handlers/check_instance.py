@@ -12,6 +12,5 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> ReadyResult:
-    return instances.check(
-        cast(Plan, event["plan"]), cast(InstanceResult, event["instance"]), Config.from_env()
-    )
+    Config.from_env()  # fail fast on a broken environment, like every task
+    return instances.check(cast(Plan, event["plan"]), cast(InstanceResult, event["instance"]))
