@@ -267,6 +267,8 @@ def _run_in(
     elif opts.trigger == "tag":
         execution_input, trigger_notes = _trigger_input(emu, d, source)
         notes += trigger_notes
+        # The trigger tag is the user's change; the workflow must change nothing from here on.
+        fingerprints_before = _fingerprints(emu, source)
         if execution_input is None:
             raise RuntimeError("tagging the snapshot started no execution: no rule matched")
         result = run_one(execution_input)

@@ -84,5 +84,10 @@ def install() -> None:
         return
     _orig["block_device_mappings"] = Ami.block_device_mappings
     _orig["register_image"] = AmisResponse.register_image
+    # moto's DescribeImageAttribute reads these names; an AMI without the attribute answers
+    # with an empty value, as EC2 does, instead of a server error.
+    for attr in ("uefi", "tmp", "imds", "lld", "ramdisk"):
+        if not hasattr(Ami, attr):
+            setattr(Ami, attr, None)
     Ami.block_device_mappings = property(_block_device_mappings)  # type: ignore[method-assign,assignment]
     AmisResponse.register_image = _register_image  # type: ignore[method-assign]
