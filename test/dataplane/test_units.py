@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import mmap
+import os
 import random
 import struct
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import images
 import pytest
 from conftest import PROGRAM
-from sparsecopy import bitmap, copier, extents, fs_fat, fs_ntfs, partitions, probe
+from sparsecopy import bitmap, copier, extents, fs_fat, fs_ntfs, partitions, probe, progress
 
 
 def _reader(path: Path, base: int = 0):
@@ -266,3 +267,54 @@ def test_fat_map_rejects_a_boot_sector_whose_fat_does_not_match(tmp_path: Path) 
         f.write(b"\x00")
     with pytest.raises(ValueError, match="media descriptor"):
         fs_fat.read_map(_reader(path))
+
+
+# ---------------------------------------------------------------- read units and the copier
+
+
+def test_read_units_cover_exactly_the_extents() -> None:
+    rng = random.Random(11)
+    wanted = extents.normalize(
+        (rng.randrange(0, 64 * images.MIB) // 512 * 512, rng.randrange(1, 300) * 512)
+        for _ in range(400)
+    )
+    units = copier.read_units(wanted, 64 * 1024)
+    covered: list[tuple[int, int]] = []
+    for offset, length, parts in units:
+        assert 0 < length <= copier.IO_SIZE
+        assert offset // copier.IO_SIZE == (offset + length - 1) // copier.IO_SIZE
+        assert parts[0][0] == 0 and parts[-1][1] == length  # no gap edges are read
+        covered.extend((offset + lo, hi - lo) for lo, hi in parts)
+    assert extents.normalize(covered) == wanted
+    # Small gaps were merged into shared reads: fewer reads than extents.
+    assert len(units) < len(extents.split(wanted, copier.IO_SIZE))
+
+
+def test_copier_writes_only_wanted_non_zero_blocks(tmp_path: Path) -> None:
+    """Reads that span free gaps full of old data must not write the gaps."""
+    size = 4 * images.MIB
+    source, target = tmp_path / "source.bin", tmp_path / "target.bin"
+    data = bytearray(random.Random(3).randbytes(size))
+    data[1 * images.MIB : 1 * images.MIB + 8192] = bytes(8192)  # a zero run inside a wanted range
+    source.write_bytes(bytes(data))
+    images.create_sparse(target, size)
+    wanted = [(0, 12288), (16384, 4096), (40960, 8192), (images.MIB - 4096, 3 * images.MIB)]
+    src = copier.open_device(str(source), write=False)
+    dst = copier.open_device(str(target), write=True)
+    try:
+        engine = copier.Copier(jobs=4)
+        engine.copy(src, dst, wanted, progress.Progress("test", size))
+        engine.compare(src, dst, wanted, progress.Progress("test", size))
+    finally:
+        os.close(src)
+        os.close(dst)
+    result = target.read_bytes()
+    inside = bytearray(size)
+    for start, length in wanted:
+        inside[start : start + length] = b"\x01" * length
+    for pos in range(0, size, 4096):
+        block = slice(pos, pos + 4096)
+        expected = data[block] if inside[pos] else bytes(4096)
+        assert result[block] == expected, f"block at {pos}"
+    # Everything wanted was written except the zero run, which stays a hole.
+    assert engine.bytes_written == extents.total(wanted) - 8192
