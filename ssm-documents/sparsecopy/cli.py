@@ -99,6 +99,18 @@ def _trim_only_where_it_fits(partitions: list[PartPlan], scratch: str) -> None:
             log(f"partition {part.number}: {part.note}")
 
 
+def _check_scratch_room(partitions: list[PartPlan], scratch: str) -> None:
+    """--method trim stages one partition at a time: fail before writing if one cannot fit."""
+    room = scratch_room(scratch)
+    for part in partitions:
+        if part.method == TRIM and part.size > room:
+            raise Failure(
+                f"scratch directory {scratch} has {human(room)} free but partition "
+                f"{part.number} ({human(part.size)}) may need it all for the trim method: "
+                "pass --scratch on a larger disk"
+            )
+
+
 def _copy(args: argparse.Namespace) -> dict[str, object]:
     started = time.monotonic()
     if not 1 <= args.jobs <= 64:
@@ -126,6 +138,8 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
         plan = plan_disk(args.source, size, sector_size(source_fd), args.method, True, reader)
         if args.method != TRIM:
             _trim_only_where_it_fits(plan.partitions, args.scratch)
+        else:
+            _check_scratch_room(plan.partitions, args.scratch)
         direct: Extents = list(plan.outside)
         trimmed = [p for p in plan.partitions if p.method == TRIM]
         for part in plan.partitions:

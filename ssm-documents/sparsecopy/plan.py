@@ -3,7 +3,7 @@ non-zero block. With ``recover`` the journal/log is replayed first (the only wri
 
 import os
 import struct
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
 from .blockdev import flush, partition_device
@@ -186,7 +186,3 @@ def plan_disk(
         flush(source)
     outside = complement([(p.start, p.size) for p in layout.partitions], 0, disk_size)
     return DiskPlan(layout, plans, outside)
-
-
-def find(plans: list[PartPlan], number: int) -> Optional[PartPlan]:
-    return next((p for p in plans if p.number == number), None)

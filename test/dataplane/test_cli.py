@@ -78,18 +78,17 @@ def test_same_device_is_refused(source: Path) -> None:
 
 
 @contextlib.contextmanager
-def _tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+def _tiny_tmpfs(tmp_path: Path, size: str = "1m") -> Iterator[Path]:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    images.run("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt))
+    images.run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt))
     try:
         yield mnt
     finally:
         images.run("umount", str(mnt))
 
 
-def test_failure_after_writing_marks_the_target_failed(source: Path, tmp_path: Path) -> None:
-    """Trim staging cannot fit in a 1 MiB scratch: the run fails after it began writing."""
+def test_trim_without_scratch_room_fails_before_writing(source: Path, tmp_path: Path) -> None:
     target = blank_like(source, tmp_path / "target.img")
     with (
         _tiny_tmpfs(tmp_path) as scratch,
@@ -98,11 +97,24 @@ def test_failure_after_writing_marks_the_target_failed(source: Path, tmp_path: P
     ):
         run = sparsecopy("copy", src, dst, "--method", "trim", "--scratch", str(scratch))
     _assert_one_error_line(run, "pass --scratch on a larger disk")
-    assert images.written_chunks(target) > 0, "precondition: the copy had started writing"
-    with open(target, "rb") as f:
-        assert f.read(17) == b"SPARSECOPY-FAILED"
-    probe = subprocess.run(["blkid", "-p", str(target)], capture_output=True, text=True)
-    assert "PTTYPE" not in probe.stdout, "a failed target must not look like a partitioned disk"
+    assert images.written_chunks(target) == 0
+
+
+def test_failure_while_writing_marks_the_target_failed(source: Path, tmp_path: Path) -> None:
+    """The target's backing store fills up mid-copy (ENOSPC): the copy stops, the target gets
+    the failure mark and carries no partition table."""
+    with _tiny_tmpfs(tmp_path, "12m") as small:
+        target = blank_like(source, small / "target.img")
+        with open(target, "r+b") as f:
+            f.write(bytes(4096))  # zeros keep it blank, and the mark needs no new space
+        with attached(source) as src, attached(target) as dst:
+            run = sparsecopy("copy", src, dst)
+        _assert_one_error_line(run, "writing the target at byte")
+        assert "marked failed" in run.stderr
+        with open(target, "rb") as f:
+            assert f.read(17) == b"SPARSECOPY-FAILED"
+        probe = subprocess.run(["blkid", "-p", str(target)], capture_output=True, text=True)
+        assert "PTTYPE" not in probe.stdout, "a failed target must not look like a disk"
 
 
 def test_inspect_writes_nothing_even_on_a_crashed_source(tmp_path: Path) -> None:
