@@ -116,7 +116,7 @@ def test_success_report_is_returned_and_published(world: World) -> None:
             "newFullSizeBytes": 2_097_152_000,
             "sourceBytesRead": 3_000_000_000,
             "targetBytesWritten": 2_000_000_000,
-            "writtenBlocks": None,
+            "writtenBlocks": 4000,  # 2,097,152,000 bytes in 512 KiB blocks
         }
     ]
     assert result["imageId"] is None

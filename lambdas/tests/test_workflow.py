@@ -52,6 +52,20 @@ def command_succeeds() -> None:
     respond(aws.ssm(), "GetCommandInvocation", invocation)
 
 
+def record_changes_to(source_ids: list[str]) -> list[str]:
+    """Every EC2 call other than a Describe* whose parameters name one of the source ids."""
+    changes: list[str] = []
+
+    def check(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if not model.name.startswith("Describe") and any(
+            i in json.dumps(params) for i in source_ids
+        ):
+            changes.append(model.name)
+
+    aws.ec2().meta.events.register("before-parameter-build.ec2", check)
+    return changes
+
+
 def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any]:
     ctx = world.context
     state: dict[str, Any] = {
@@ -106,6 +120,7 @@ def test_snapshot_job(world: World) -> None:
     source = world.snapshot(tags={"team": "db"})
     described = world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"]
     before = world.inventory()
+    changes = record_changes_to([source])
     result = run_workflow(world, {"snapshotId": source})
     (volume,) = result["volumes"]
     assert (
@@ -118,10 +133,15 @@ def test_snapshot_job(world: World) -> None:
     assert after["volumes"] == before["volumes"]
     assert after["snapshots"] - before["snapshots"] == {volume["newSnapshotId"]}
     assert world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"] == described
+    # RunInstances reads the source; CreateSnapshot names it in the new snapshot's lineage tag
+    assert changes == ["RunInstances", "CreateSnapshot"]
 
 
 def test_image_job_with_fast_snapshot_restore(world: World) -> None:
-    serve_image(source_image(world, volume_count=2))
+    image = source_image(world, volume_count=2)
+    serve_image(image)
+    sources = [m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"] if "Ebs" in m]
+    changes = record_changes_to([SOURCE_IMAGE_ID, *sources])
     respond(aws.ec2(), "DescribeFastSnapshotRestores", lambda _: {"FastSnapshotRestores": []})
     respond(
         aws.ec2(),
@@ -142,3 +162,5 @@ def test_image_job_with_fast_snapshot_restore(world: World) -> None:
     assert [m["Ebs"]["SnapshotId"] for m in registered[0]["BlockDeviceMappings"][:2]] == new
     assert result["imageId"] is not None
     assert [s["snapshotId"] for s in result["fastSnapshotRestore"]] == new
+    # RunInstances reads the sources; the others name them in lineage tags of the new resources
+    assert changes == ["RunInstances", "CreateSnapshot", "CreateSnapshot", "RegisterImage"]

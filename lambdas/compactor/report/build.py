@@ -10,6 +10,9 @@ from typing import Any
 from compactor import snapshots
 from compactor.models import ErrorInfo, FastSnapshotRestoreState, Report, SourceRef, VolumeReport
 
+# EBS stores snapshots in blocks of 512 KiB and FullSnapshotSizeInBytes counts whole blocks
+EBS_SNAPSHOT_BLOCK_BYTES = 512 * 1024
+
 PHASES = (
     "prepare",
     "launch",
@@ -33,6 +36,7 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
     for volume in plan.get("volumes", []):
         index = volume["index"]
         new_id = new_ids.get(index)
+        new_size = new_sizes.get(new_id) if new_id else None
         summary = copied.get(index, {})
         volumes.append(
             {
@@ -41,10 +45,14 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
                 # a snapshot that teardown deleted after a failure is not reported as new
                 "newSnapshotId": new_id if new_id in new_sizes else None,
                 "sourceFullSizeBytes": volume.get("sourceFullSizeBytes"),
-                "newFullSizeBytes": new_sizes.get(new_id) if new_id else None,
+                "newFullSizeBytes": new_size,
                 "sourceBytesRead": _int_or_none(summary.get("source_bytes_read")),
                 "targetBytesWritten": _int_or_none(summary.get("target_bytes_written")),
-                "writtenBlocks": _int_or_none(summary.get("written_blocks")),
+                "writtenBlocks": (
+                    (new_size + EBS_SNAPSHOT_BLOCK_BYTES - 1) // EBS_SNAPSHOT_BLOCK_BYTES
+                    if new_size is not None
+                    else None
+                ),
             }
         )
     timings = _timings(state.get("timings"))
