@@ -28,16 +28,17 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         else None
     )
     image: ImageSpec | None = None
+    mappings: list[tuple[str | None, str]]
     if request.image_id is not None:
         source_image = images.describe_source(request.image_id)
         image = images.capture(
             source_image, images.uefi_data(request.image_id), config.trigger_tag_key
         )
-        mappings = images.snapshot_mappings(image)
+        mappings = list(images.snapshot_mappings(image))
         source: SourceRef = {"kind": "image", "imageId": request.image_id}
     else:
         assert request.snapshot_id is not None
-        mappings = [(None, request.snapshot_id)]  # type: ignore[list-item]
+        mappings = [(None, request.snapshot_id)]
         source = {"kind": "snapshot", "snapshotId": request.snapshot_id}
     if len(mappings) > MAX_VOLUMES:
         raise TooManyVolumes(

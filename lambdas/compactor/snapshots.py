@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -13,7 +13,7 @@ from compactor.errors import InvalidInput, SnapshotFailed, SnapshotNotCompleted,
 from compactor.models import AttachedVolume, Plan, SnapshotItem, SnapshotsResult
 
 if TYPE_CHECKING:
-    from mypy_boto3_ec2.type_defs import SnapshotTypeDef
+    from mypy_boto3_ec2.type_defs import FilterTypeDef, SnapshotTypeDef
 
 
 def describe_source(snapshot_id: str) -> SnapshotTypeDef:
@@ -97,7 +97,7 @@ def _new_snapshot_tags(
 
 
 def _existing_by_volume(stack_name: str, execution_name: str) -> dict[str, str]:
-    filters = [
+    filters: list[FilterTypeDef] = [
         *tags.ownership_filters(stack_name, execution_name),
         {"Name": f"tag:{tags.ROLE}", "Values": [tags.ROLE_SNAPSHOT]},
     ]
@@ -106,18 +106,11 @@ def _existing_by_volume(stack_name: str, execution_name: str) -> dict[str, str]:
     }
 
 
-def _describe_own(filters: list[Mapping[str, object]] | list[object]) -> list[SnapshotTypeDef]:
-    found: list[SnapshotTypeDef] = []
-    for page in (
-        aws.ec2()
-        .get_paginator("describe_snapshots")
-        .paginate(
-            OwnerIds=["self"],
-            Filters=filters,  # type: ignore[arg-type]
-        )
-    ):
-        found.extend(page["Snapshots"])
-    return found
+def _describe_own(filters: Sequence[FilterTypeDef]) -> list[SnapshotTypeDef]:
+    pages = (
+        aws.ec2().get_paginator("describe_snapshots").paginate(OwnerIds=["self"], Filters=filters)
+    )
+    return [snapshot for page in pages for snapshot in page["Snapshots"]]
 
 
 def check(result: SnapshotsResult) -> SnapshotsResult:

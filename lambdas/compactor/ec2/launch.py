@@ -21,6 +21,7 @@ from compactor.volumes import source_device, target_device
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
         BlockDeviceMappingTypeDef,
+        EbsBlockDeviceTypeDef,
         RunInstancesRequestTypeDef,
     )
 
@@ -184,28 +185,29 @@ def block_device_mappings(
 ) -> list[BlockDeviceMappingTypeDef]:
     mappings: list[BlockDeviceMappingTypeDef] = []
     for volume in plan["volumes"]:
-        performance = {
+        source: EbsBlockDeviceTypeDef = {
+            "SnapshotId": volume["sourceSnapshotId"],
             "VolumeType": "gp3",
             "Iops": config.source_volume_iops,
             "Throughput": config.source_volume_throughput,
             "DeleteOnTermination": True,
         }
-        source: BlockDeviceMappingTypeDef = {
-            "DeviceName": source_device(volume["index"]),
-            "Ebs": {"SnapshotId": volume["sourceSnapshotId"], **performance},  # type: ignore[typeddict-item]
-        }
         if rate is not None:
-            source["Ebs"]["VolumeInitializationRate"] = rate
+            source["VolumeInitializationRate"] = rate
         # the target is written as fast as the source is read, so it gets the same performance
-        target: BlockDeviceMappingTypeDef = {
-            "DeviceName": target_device(volume["index"]),
-            "Ebs": {"VolumeSize": volume["sizeGiB"], **performance},  # type: ignore[typeddict-item]
+        target: EbsBlockDeviceTypeDef = {
+            "VolumeSize": volume["sizeGiB"],
+            "VolumeType": "gp3",
+            "Iops": config.source_volume_iops,
+            "Throughput": config.source_volume_throughput,
+            "DeleteOnTermination": True,
         }
         if volume["encrypted"]:
-            target["Ebs"]["Encrypted"] = True
+            target["Encrypted"] = True
             if volume["kmsKeyId"]:
-                target["Ebs"]["KmsKeyId"] = volume["kmsKeyId"]
-        mappings.extend((source, target))
+                target["KmsKeyId"] = volume["kmsKeyId"]
+        mappings.append({"DeviceName": source_device(volume["index"]), "Ebs": source})
+        mappings.append({"DeviceName": target_device(volume["index"]), "Ebs": target})
     return mappings
 
 
