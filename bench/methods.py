@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,16 @@ from bench.disk import Layout
 from bench.system import BenchError, Resources, run
 
 PROGRAM = Path(__file__).resolve().parent.parent / "ssm-documents" / "sparsecopy"
+
+
+def snapshot_program(into: Path) -> Path:
+    """Copy the program as it is now, so edits made during a long run do not mix versions."""
+    if not (PROGRAM / "__main__.py").is_file():
+        raise BenchError(f"{PROGRAM}/__main__.py does not exist; the data-plane program is missing")
+    copy = into / "sparsecopy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(PROGRAM, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return copy
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class Job:
     log: Path  # the method's own output goes here
     jobs: int | None
     res: Resources
+    program: Path  # the copy of ssm-documents/sparsecopy taken when the bench started
 
 
 def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> dict[str, Any]:
@@ -60,11 +72,7 @@ def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> dict[str, An
 
 def sparsecopy_allocated(job: Job) -> dict[str, Any]:
     """The program under test; returns its JSON summary (the last line of its stdout)."""
-    if not (PROGRAM / "__main__.py").is_file():
-        raise BenchError(
-            f"{PROGRAM}/__main__.py does not exist yet; the data-plane program is missing"
-        )
-    cmd = ["python3", str(PROGRAM), "copy", job.source, job.target, "--method", "allocated"]
+    cmd = ["python3", str(job.program), "copy", job.source, job.target, "--method", "allocated"]
     if job.jobs is not None:
         cmd += ["--jobs", str(job.jobs)]
     with job.log.open("w") as stderr:

@@ -23,7 +23,7 @@ from bench import figure, report
 from bench.allocation import allocation
 from bench.chunks import CHUNK, nonzero_chunks, written_chunks
 from bench.disk import FILESYSTEMS, MIB, Layout, build
-from bench.methods import METHODS, PROGRAM, Job, Method
+from bench.methods import METHODS, PROGRAM, Job, Method, snapshot_program
 from bench.report import Record
 from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_buffers
 from bench.throttle import throttled_reads
@@ -95,6 +95,8 @@ class Bench:
         self.mount_dir = self.work / "mnt"
         self.res = res
         self.records: list[Record] = []
+        self.program = PROGRAM
+        self.program_version = "not measured"
         self.panels: list[tuple[str, list[figure.Panel]]] = []
 
     def filesystem(self, fs: str) -> None:
@@ -162,6 +164,7 @@ class Bench:
             log=self.logs / f"{layout.fs}-{method.name}.log",
             jobs=self.jobs,
             res=self.res,
+            program=self.program,
         )
         try:
             drop_caches()
@@ -205,12 +208,6 @@ def _program_version(path: Path) -> str:
     commit = _git("log", "-1", "--format=%h %cI", "--", str(path)) or "never committed"
     changed = _git("status", "--porcelain", "--", str(path))
     return f"{commit} + uncommitted changes" if changed else commit
-
-
-def _describe_program(at_start: str, at_end: str) -> str:
-    if at_start == at_end:
-        return at_start
-    return f"{at_start} at the start, {at_end} at the end (it changed during the run)"
 
 
 def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -269,12 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for sub in ("work", "logs"):
         (args.out / sub).mkdir(exist_ok=True)
-    program_at_start = _program_version(PROGRAM)
     res = Resources()
     bench = Bench(args, res)
     started = time.monotonic()
     failure = None
     try:
+        bench.program_version = _program_version(PROGRAM)
+        bench.program = snapshot_program(bench.work)
         for fs in args.fs:
             bench.filesystem(fs)
     except BenchError as err:
@@ -295,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "source_mbps": args.source_mbps or None,
         "source_iops": args.source_iops or None,
-        "program": _describe_program(program_at_start, _program_version(PROGRAM)),
+        "program": bench.program_version,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
