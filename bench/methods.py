@@ -8,7 +8,6 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.disk import Layout
 from bench.system import BenchError, Resources, run
@@ -41,7 +40,7 @@ class Job:
     program: Path  # the copy of ssm-documents/sparsecopy taken when the bench started
 
 
-def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> dict[str, Any]:
+def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> None:
     """Seed 000: dd to an image, loop mount it with discard, fstrim, ddpt oflag=sparse onto target.
 
     `mount -o loop,offset=` is done as `losetup -o` + `mount` so that the bench knows which loop
@@ -58,7 +57,7 @@ def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> dict[str, An
             options = ["discard", "nouuid"] if job.layout.fs == "xfs" else ["discard"]
             job.res.mount(loop, job.mount_dir, job.layout.fs, options)
             try:
-                trimmed = run(["fstrim", "--verbose", str(job.mount_dir)], log=job.log).strip()
+                run(["fstrim", "--verbose", str(job.mount_dir)], log=job.log)
             finally:
                 job.res.umount(job.mount_dir)
         finally:
@@ -67,11 +66,10 @@ def seed_method(job: Job, dd_block: str, ddpt_blocks: list[str]) -> dict[str, An
         run(ddpt, log=job.log)
     finally:
         image.unlink(missing_ok=True)
-    return {"fstrim": trimmed}
 
 
-def sparsecopy_allocated(job: Job) -> dict[str, Any]:
-    """The program under test; returns its JSON summary (the last line of its stdout)."""
+def sparsecopy_allocated(job: Job) -> None:
+    """The program under test; its JSON summary (last line of stdout) is appended to the log."""
     cmd = ["python3", str(job.program), "copy", job.source, job.target, "--method", "allocated"]
     if job.jobs is not None:
         cmd += ["--jobs", str(job.jobs)]
@@ -89,14 +87,15 @@ def sparsecopy_allocated(job: Job) -> dict[str, Any]:
         raise BenchError(f"sparsecopy's last stdout line is not a JSON summary: {err}") from err
     if not isinstance(summary, dict):
         raise BenchError("sparsecopy's summary is not a JSON object")
-    return summary
+    with job.log.open("a") as log:
+        log.write(f"summary: {json.dumps(summary)}\n")
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
     label: str
-    copy: Callable[[Job], dict[str, Any]]
+    copy: Callable[[Job], None]
 
 
 SEED_512 = "seed-bs512"
