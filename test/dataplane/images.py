@@ -95,9 +95,14 @@ def loop_device(
     offset: int = 0,
     size: int | None = None,
     read_only: bool = False,
+    sector_size: int = 512,
 ) -> Iterator[str]:
-    """Attach ``path`` (from ``offset``, ``size`` bytes) to a free loop device; always detach."""
+    """Attach ``path`` (from ``offset``, ``size`` bytes) to a free loop device; always detach.
+
+    ``sector_size=4096`` makes a disk with 4 KiB logical sectors."""
     args = ["losetup", "--find", "--show", "--offset", str(offset)]
+    if sector_size != 512:
+        args += ["--sector-size", str(sector_size)]
     if size is not None:
         args += ["--sizelimit", str(size)]
     if read_only:

@@ -141,3 +141,39 @@ def test_copy(case: Case, tmp_path: Path, method: str, no_leaks: None) -> None:
     if case.name == "empty":
         assert chunks == 0
         assert summary["target_bytes_written"] == 0
+
+
+def test_gpt_on_a_4k_sector_disk(tmp_path: Path) -> None:
+    """Disks with 4096-byte logical sectors: GPT header at byte 4096, LBAs of 4 KiB."""
+    size = 96 * images.MIB
+    source_path, target_path = tmp_path / "source.img", tmp_path / "target.img"
+    images.create_sparse(source_path, size)
+    with images.loop_device(source_path, sector_size=4096) as device:
+        images.run("sgdisk", "--clear", "--new=1:256:+64M", "--typecode=1:8300", device)
+    source = images.DiskImage(
+        source_path, size, "gpt", [images.Partition(1, images.MIB, 64 * images.MIB, "ext4")]
+    )
+    images.mkfs(source, 1)
+    with images.partition_mount(source, 1) as mnt:
+        source.files[1] = images.fill_dirty(
+            mnt, seed=12, files=4, file_size=4 * images.MIB, delete=(1, 3)
+        )
+    images.create_sparse(target_path, size)
+    with (
+        images.loop_device(source_path, sector_size=4096) as src,
+        images.loop_device(target_path, sector_size=4096) as dst,
+    ):
+        run = sparsecopy("copy", src, dst, "--verify")
+        assert run.returncode == 0, run.stderr
+        tables = [images.run("sfdisk", "--dump", dev).replace(dev, "DISK") for dev in (src, dst)]
+    assert tables[0] == tables[1]
+    (part,) = run.summary["partitions"]
+    assert (part["start"], part["size"], part["method"]) == (
+        images.MIB,
+        64 * images.MIB,
+        "allocated",
+    )
+    target = images.DiskImage(target_path, size, "gpt", source.partitions)
+    assert images.file_hashes(target, 1) == source.files[1]
+    for start, end in ((0, images.MIB), (65 * images.MIB, size)):  # both GPT copies
+        assert images.same_bytes(source_path, target_path, start, end - start)
