@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-import { App, Validations } from 'aws-cdk-lib';
-import { AwsSolutionsChecks } from 'cdk-nag';
+import { App } from 'aws-cdk-lib';
 import { CompactorStack } from '../lib/compactor-stack';
+import { checkWithCdkNag } from '../lib/nag-acknowledgements';
 import { readSettings, SettingsError } from '../lib/settings';
 
 const app = new App();
@@ -15,5 +15,4 @@ try {
   }
   throw error;
 }
-// cdk-nag v3: findings are policy-validation violations; an unacknowledged one fails the synth.
-Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+checkWithCdkNag(app);

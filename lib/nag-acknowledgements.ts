@@ -1,4 +1,5 @@
-import { CfnElement, Stack, Validations } from 'aws-cdk-lib';
+import { App, CfnElement, Stack, Validations } from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -23,6 +24,11 @@ export interface NagAcknowledgementTargets {
 }
 
 const NAG = 'AwsSolutions::AwsSolutions-';
+
+/** cdk-nag v3 runs as a policy-validation plugin: an unacknowledged finding fails the synth. */
+export function checkWithCdkNag(app: App): void {
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+}
 
 function ack(scope: IConstruct, rule: string, reason: string): void {
   Validations.of(scope).acknowledge({ id: `${NAG}${rule}`, reason });
