@@ -19,8 +19,27 @@ from tests.conftest import (
 from tests.support import amend, error_response, respond
 
 
+READ_ONLY = ("Describe", "Get", "List")
+
+
 def run(world: World, execution_input: Any) -> dict[str, Any]:
-    return prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
+    """prepare, checked to make only read calls, whether it succeeds or fails."""
+    calls: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    clients = [aws.ec2(), aws.kms(), aws.ssm(), aws.events()]
+    for client in clients:
+        client.meta.events.register("before-parameter-build", record, unique_id="read-only")
+    try:
+        return prepare.handler(
+            {"input": execution_input, "executionName": EXECUTION}, world.context
+        )
+    finally:
+        for client in clients:
+            client.meta.events.unregister("before-parameter-build", unique_id="read-only")
+        assert [c for c in calls if not c.startswith(READ_ONLY)] == []
 
 
 def test_snapshot_plan(world: World) -> None:
