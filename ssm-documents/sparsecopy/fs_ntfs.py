@@ -153,14 +153,25 @@ def _clean(read: Reader, vol: _Volume) -> tuple[bool, str]:
     if struct.unpack_from("<H", info, 10)[0] & VOLUME_IS_DIRTY:
         return False, "NTFS volume is marked dirty (not shut down cleanly)"
     log = _attributes(_record(read, vol, 2))
-    page = _value_head(read, vol.cluster, _unnamed(log, ATTR_DATA), 4096)
-    if page.strip(b"\xff") == b"":
-        return True, ""  # emptied log (ntfs-3g resets it when it mounts)
-    if page[:4] not in (b"RSTR", b"CHKD"):
+    head = _value_head(read, vol.cluster, _unnamed(log, ATTR_DATA), 2 * 4096)
+    if head.strip(b"\xff") == b"":
+        return True, ""  # emptied log (mkntfs and ntfs-3g leave it so)
+    # Two restart pages; Windows alternates between them, the newer (higher LSN) one counts.
+    newest: Optional[tuple[int, int]] = None  # (current LSN, flags)
+    page_size = struct.unpack_from("<I", head, 16)[0] if head[:4] in (b"RSTR", b"CHKD") else 4096
+    if page_size not in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
+        raise NtfsError(f"NTFS $LogFile restart page size {page_size} is impossible")
+    for page in (0, page_size):
+        header = _value_head(read, vol.cluster, _unnamed(log, ATTR_DATA), page + 512)[page:]
+        if header[:4] not in (b"RSTR", b"CHKD"):
+            continue
+        area = struct.unpack_from("<H", header, 24)[0]
+        lsn, _clients, _free, _in_use, flags = struct.unpack_from("<QHHHH", header, area)
+        if newest is None or lsn > newest[0]:
+            newest = (lsn, flags)
+    if newest is None:
         return False, "NTFS $LogFile has no restart page"
-    area = struct.unpack_from("<H", page, 24)[0]
-    flags = struct.unpack_from("<H", page, area + 14)[0]
-    if not flags & RESTART_VOLUME_IS_CLEAN:
+    if not newest[1] & RESTART_VOLUME_IS_CLEAN:
         return False, "NTFS $LogFile holds changes Windows has not replayed"
     return True, ""
 
@@ -170,8 +181,8 @@ def _value_head(read: Reader, cluster: int, attr: bytes, length: int) -> bytes:
         return _value(read, cluster, attr)[:length]
     runs_offset = struct.unpack_from("<H", attr, 32)[0]
     runs = decode_runs(attr[runs_offset:])
-    if not runs or runs[0][2] is None:
-        raise NtfsError("$LogFile starts sparse")
+    if not runs or runs[0][2] is None or runs[0][1] * cluster < length:
+        raise NtfsError("$LogFile does not start with its restart pages in one run")
     return read(runs[0][2] * cluster, length)
 
 

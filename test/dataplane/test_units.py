@@ -318,3 +318,42 @@ def test_copier_writes_only_wanted_non_zero_blocks(tmp_path: Path) -> None:
         assert result[block] == expected, f"block at {pos}"
     # Everything wanted was written except the zero run, which stays a hole.
     assert engine.bytes_written == extents.total(wanted) - 8192
+
+
+def _ntfs_with_restart_pages(path: Path, pages: list[tuple[int, int]]) -> None:
+    """An NTFS image whose $LogFile starts with restart pages of the given (LSN, flags)."""
+    images.create_sparse(path, 32 * images.MIB)
+    images.run("mkntfs", "-q", "-F", "-f", str(path))
+    data = path.read_bytes()
+    reader = _reader(path)
+    vol = fs_ntfs._open(reader)
+    log = fs_ntfs._unnamed(fs_ntfs._attributes(fs_ntfs._record(reader, vol, 2)), 0x80)
+    (_vcn, _count, lcn), *_ = fs_ntfs.decode_runs(log[struct.unpack_from("<H", log, 32)[0] :])
+    start = lcn * vol.cluster  # type: ignore[operator]
+    image = bytearray(data)
+    for index, (lsn, flags) in enumerate(pages):
+        page = bytearray(b"\xff" * 4096)
+        struct.pack_into("<4sHHQIIHhh", page, 0, b"RSTR", 0x1E, 9, 0, 4096, 4096, 0x30, 1, 1)
+        struct.pack_into("<QHHHH", page, 0x30, lsn, 1, 0xFFFF, 0, flags)
+        image[start + index * 4096 : start + (index + 1) * 4096] = page
+    path.write_bytes(bytes(image))
+
+
+@pytest.mark.parametrize(
+    ("pages", "clean"),
+    [
+        ([(10, 0x2), (20, 0x0)], False),  # the newer page says in use
+        ([(10, 0x0), (20, 0x2)], True),  # the newer page says clean
+        ([(30, 0x2), (20, 0x0)], True),
+        ([(30, 0x0)], False),
+    ],
+)
+def test_ntfs_clean_state_follows_the_newest_restart_page(
+    tmp_path: Path, pages: list[tuple[int, int]], clean: bool
+) -> None:
+    path = tmp_path / "ntfs.img"
+    _ntfs_with_restart_pages(path, pages)
+    ntfs = fs_ntfs.read_map(_reader(path))
+    assert ntfs.clean is clean
+    if not clean:
+        assert "not replayed" in ntfs.note
