@@ -12,10 +12,15 @@ Typical use::
         fill_dirty(mnt, seed=1)
     hashes = file_hashes(disk, 3)
 
-Stable API (imported by the local twin and the benchmark): ``Partition``, ``DiskImage``,
-``loop_device``, ``mounted``, ``partition_loop``, ``partition_mount``, the ``build_*`` functions,
-``fill_dirty``, ``crash_after_writes``, ``file_hashes``, ``recovered_copy``,
-``written_chunks``, ``data_chunks``, ``CHUNK``.
+Stable API (imported by the local twin and the benchmark):
+- types: ``Partition``, ``DiskImage`` (``files``: what each partition must still hold), ``CHUNK``
+- devices: ``loop_device``, ``mounted``, ``partition_loop``, ``partition_mount``
+- disks: ``build_gpt_efi_ext4``, ``build_gpt_xfs`` (``crash=``), ``build_mbr_ntfs``,
+  ``build_mbr_logical``, ``build_bare_ext4`` (``crash=``), ``build_bare_ext2_crashed``,
+  ``build_ext4_swap``, ``build_btrfs``, ``build_empty``, ``build_random_partition``
+- dirt: ``fill_dirty``, ``crash_after_writes``, ``snapshot_while_mounted``, ``ntfs_set_dirty``
+- checks: ``file_hashes``, ``recovered_copy``, ``fsck_clean``, ``partition_table``,
+  ``same_bytes``, ``seed_method_image``, ``data_chunks``, ``written_chunks``, ``nonzero_chunks``
 """
 
 from __future__ import annotations
