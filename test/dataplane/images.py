@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import struct
 import subprocess
 import tempfile
@@ -693,7 +692,3 @@ def same_bytes(a: Path, b: Path, start: int, size: int) -> bool:
 def partition_table(path: Path) -> str:
     """The partition table as sfdisk dumps it (``label-id``, entries, GUIDs), for comparison."""
     return run("sfdisk", "--dump", str(path)).replace(str(path), "DISK")
-
-
-def which(tool: str) -> bool:
-    return shutil.which(tool) is not None
