@@ -223,6 +223,7 @@ def run(opts: Options) -> dict[str, Any]:
 def _run_in(
     emu: Emulator, opts: Options, fault: str | None, work: Path, logdir: Path, started: float
 ) -> dict[str, Any]:
+    emu.state.command_log_dir = logdir / "commands"
     d = deploy(emu, opts.cdk_out)
     source = _register(emu, opts, work)
     fingerprints_before = _fingerprints(emu, source)

@@ -231,6 +231,16 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
         run.response_code = 1
     finally:
         _release_devices(emu, run)
+        _keep_output(emu, run)
+
+
+def _keep_output(emu: st.EmulatorState, run: CommandRun) -> None:
+    if emu.command_log_dir is None:
+        return
+    emu.command_log_dir.mkdir(parents=True, exist_ok=True)
+    stem = emu.command_log_dir / f"{run.command_id}-{run.instance_id}"
+    stem.with_suffix(".stdout").write_text(run.stdout)
+    stem.with_suffix(".stderr").write_text(run.stderr)
 
 
 def _kill(run: CommandRun) -> None:

@@ -40,7 +40,8 @@ class EmulatorState:
     spot_failures_served: int = 0
     runs: dict[tuple[str, str], CommandRun] = field(default_factory=dict)
     tag_events: list[dict[str, Any]] = field(default_factory=list)
-    api_log: list[str] = field(default_factory=list)
+    # Where finished commands leave their stdout/stderr for people to read (optional).
+    command_log_dir: Path | None = None
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):
