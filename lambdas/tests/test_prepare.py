@@ -18,7 +18,6 @@ from tests.conftest import (
 )
 from tests.support import amend, error_response, respond
 
-
 READ_ONLY = ("Describe", "Get", "List")
 
 
