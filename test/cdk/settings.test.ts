@@ -1,0 +1,111 @@
+import {
+  DEFAULT_INSTANCE_TYPES,
+  HISTORY_EVENT_LIMIT,
+  readSettings,
+  Settings,
+  SettingsError,
+  worstCaseHistoryEvents,
+} from '../../lib/settings';
+
+const read = (context: Record<string, unknown>): Settings =>
+  readSettings({ tryGetContext: (key) => context[key] });
+
+describe('settings', () => {
+  test('defaults', () => {
+    const s = read({});
+    expect(s).toEqual({
+      stackName: 'EbsSnapshotCompactor',
+      vpcId: undefined,
+      subnetIds: undefined,
+      instanceTypes: DEFAULT_INSTANCE_TYPES.x86_64,
+      architecture: 'x86_64',
+      allowOnDemand: true,
+      sourceVolumeIops: 16000,
+      sourceVolumeThroughput: 1000,
+      volumeInitializationRate: 0,
+      maxVolumeGiB: 16384,
+      triggerTagKey: 'compact',
+      maxLaunchAttempts: 3,
+      readyPoll: { intervalSeconds: 15, maxAttempts: 40 },
+      compactionPoll: { intervalSeconds: 120, maxAttempts: 360 },
+      snapshotPoll: { intervalSeconds: 120, maxAttempts: 360 },
+      teardownPoll: { intervalSeconds: 15, maxAttempts: 40 },
+      stateMachineTimeoutMinutes: 2880,
+      kmsKeyArns: undefined,
+      powertoolsLayerArn: undefined,
+      logRetentionDays: 90,
+    });
+    expect(worstCaseHistoryEvents(s)).toBeLessThanOrEqual(HISTORY_EVENT_LIMIT);
+  });
+
+  test('values from -c (strings) and from cdk.json (JSON types) are read alike', () => {
+    const fromCli = read({
+      instanceTypes: 'c7i.large, m7i.xlarge',
+      allowOnDemand: 'false',
+      volumeInitializationRate: '200',
+      compactionPollSeconds: '300',
+      kmsKeyArns: 'arn:aws:kms:us-east-1:111122223333:key/a,arn:aws:kms:us-east-1:111122223333:key/b',
+    });
+    const fromJson = read({
+      instanceTypes: ['c7i.large', 'm7i.xlarge'],
+      allowOnDemand: false,
+      volumeInitializationRate: 200,
+      compactionPollSeconds: 300,
+      kmsKeyArns: ['arn:aws:kms:us-east-1:111122223333:key/a', 'arn:aws:kms:us-east-1:111122223333:key/b'],
+    });
+    expect(fromCli).toEqual(fromJson);
+    expect(fromCli.instanceTypes).toEqual(['c7i.large', 'm7i.xlarge']);
+    expect(fromCli.allowOnDemand).toBe(false);
+    expect(fromCli.compactionPoll).toEqual({ intervalSeconds: 300, maxAttempts: 360 });
+  });
+
+  test('arm64 picks Graviton defaults', () => {
+    expect(read({ architecture: 'arm64' }).instanceTypes).toEqual(DEFAULT_INSTANCE_TYPES.arm64);
+  });
+
+  test.each([
+    [{ vpcId: 'vpc-0123456789abcdef0' }, /"vpcId" and "subnetIds" go together/],
+    [{ subnetIds: 'subnet-0123456789abcdef0' }, /"vpcId" and "subnetIds" go together/],
+    [{ vpcId: 'vpc-1', subnetIds: 'subnet-0123456789abcdef0' }, /"vpcId" must be a VPC id/],
+    [
+      { vpcId: 'vpc-0123456789abcdef0', subnetIds: 'subnet-0123456789abcdef0,sg-1' },
+      /"subnetIds" must be a comma-separated list/,
+    ],
+    [{ architecture: 'i386' }, /"architecture" must be one of x86_64, arm64/],
+    [{ allowOnDemand: 'yes' }, /"allowOnDemand" must be true or false/],
+    [{ sourceVolumeIops: 100 }, /"sourceVolumeIops" must be a whole number from 3000 to 80000/],
+    [{ sourceVolumeIops: 3000, sourceVolumeThroughput: 1000 }, /needs at least 4000 IOPS/],
+    [{ volumeInitializationRate: 50 }, /0 \(off\) or 100-300 MiB\/s/],
+    [{ volumeInitializationRate: 301 }, /"volumeInitializationRate" must be a whole number from 0 to 300/],
+    [{ maxVolumeGiB: 70000 }, /"maxVolumeGiB" must be a whole number from 1 to 65536/],
+    [{ triggerTagKey: 'aws:compact' }, /"triggerTagKey" must be a tag key .* does not start with "aws:"/],
+    [{ triggerTagKey: 'ebs-snapshot-compactor:go' }, /"triggerTagKey"/],
+    [{ stackName: '1stack' }, /"stackName" must be letters, digits and hyphens/],
+    [{ instanceTypes: 'm7i' }, /"instanceTypes" must be a comma-separated list .* instance types/],
+    [{ kmsKeyArns: 'alias/aws/ebs' }, /"kmsKeyArns" must be .* KMS key ARNs/],
+    [
+      { powertoolsLayerArn: 'arn:aws:lambda:us-east-1:017000801446:layer:X' },
+      /"powertoolsLayerArn" must be a Lambda layer version ARN/,
+    ],
+    [{ logRetentionDays: 10 }, /"logRetentionDays" must be one of 1, 3, 5, 7, 14, 30/],
+    [{ readyPollSeconds: '1.5' }, /"readyPollSeconds" must be a whole number/],
+    [
+      { compactionPollMaxAttempts: 3000 },
+      /allow \d+ history events in the worst case, over the Step Functions limit of 25000/,
+    ],
+  ])('%j is refused with a clear error', (context, message) => {
+    expect(() => read(context)).toThrow(SettingsError);
+    expect(() => read(context)).toThrow(message);
+  });
+
+  test('the history estimate grows with every bound it depends on', () => {
+    const base = read({});
+    const more = (patch: Partial<Settings>) =>
+      worstCaseHistoryEvents({ ...base, ...patch }) > worstCaseHistoryEvents(base);
+    expect(more({ maxLaunchAttempts: 4 })).toBe(true);
+    expect(more({ readyPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
+    expect(more({ compactionPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
+    expect(more({ snapshotPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
+    expect(more({ teardownPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
+  });
+});
