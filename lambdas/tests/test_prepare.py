@@ -327,6 +327,12 @@ def test_image_with_instance_store_root(world: World) -> None:
         run(world, {"imageId": SOURCE_IMAGE_ID})
 
 
+def test_image_not_available(world: World) -> None:
+    serve_image(source_image(world, volume_count=1, State="pending"))
+    with pytest.raises(errors.UnsupportedImage, match="is pending, not available"):
+        run(world, {"imageId": SOURCE_IMAGE_ID})
+
+
 def test_image_with_too_many_volumes(world: World) -> None:
     serve_image(source_image(world, volume_count=11))
     with pytest.raises(errors.TooManyVolumes, match=r"11 EBS volumes.*at most 10"):

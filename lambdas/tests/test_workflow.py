@@ -113,7 +113,10 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
         if state["teardown"]["remaining"] == 0:
             break
     assert state["teardown"]["remaining"] == 0
-    return report.handler({**state, "outcome": "success"}, ctx)
+    state["report"] = report.handler({**state, "outcome": "success"}, ctx)
+    # Step Functions carries the state as JSON: every result must survive the round trip as is
+    assert json.loads(json.dumps(state)) == state
+    return state["report"]
 
 
 def test_snapshot_job(world: World) -> None:
