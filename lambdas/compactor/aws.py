@@ -4,7 +4,7 @@ and the Region before any client exists."""
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -55,10 +55,3 @@ def error_code(error: ClientError) -> str:
 
 def error_message(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Message", "")) or str(error)
-
-
-def strip_metadata(response: Any) -> Any:
-    """Drop ResponseMetadata so an API response can be logged or compared."""
-    if isinstance(response, dict):
-        return {k: v for k, v in response.items() if k != "ResponseMetadata"}
-    return response

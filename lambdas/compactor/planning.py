@@ -3,16 +3,17 @@ It only reads: nothing is created, so a bad input leaves nothing behind."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from compactor import aws, fast_snapshot_restore, images, kms, snapshots
+from compactor import aws, fast_snapshot_restore, images, kms, snapshots, tags
 from compactor.config import Config
 from compactor.errors import InvalidInput, TooManyVolumes, VolumeTooLarge
 from compactor.models import ImageSpec, Plan, SourceRef, VolumePlan
 from compactor.validation import ExecutionInput, parse_execution_input
 
 if TYPE_CHECKING:
-    from mypy_boto3_ec2.type_defs import SnapshotTypeDef
+    from mypy_boto3_ec2.type_defs import SnapshotTypeDef, TagTypeDef
 
 MAX_VOLUMES = 10  # source /dev/sdf.. and target /dev/sdp.. leave room for 10 pairs
 
@@ -47,9 +48,16 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         )
     if not mappings:
         raise InvalidInput(f"AMI {request.image_id} has no EBS volume backed by a snapshot")
+    sources = [snapshots.describe_source(snapshot_id) for _, snapshot_id in mappings]
+    for source_snapshot in sources:
+        _check_tag_count(
+            source_snapshot.get("Tags"), request.tags, config, source_snapshot["SnapshotId"]
+        )
+    if image is not None:
+        _check_tag_count(tags.to_aws(image["tags"]), request.tags, config, image["imageId"])
     volumes = [
-        _volume_plan(index, device, snapshots.describe_source(snapshot_id), target_key, config)
-        for index, (device, snapshot_id) in enumerate(mappings)
+        _volume_plan(index, device, source_snapshot, target_key, config)
+        for index, ((device, _), source_snapshot) in enumerate(zip(mappings, sources, strict=True))
     ]
     if request.fast_snapshot_restore_azs:
         fast_snapshot_restore.check_limit(len(volumes))
@@ -66,6 +74,22 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         "imageName": _image_name(request, image, execution_name),
         "tags": request.tags,
     }
+
+
+def _check_tag_count(
+    source_tags: Sequence[TagTypeDef] | None,
+    extra: Mapping[str, str],
+    config: Config,
+    source_id: str,
+) -> None:
+    """The outputs get the source's user tags, the input's and this project's: EC2 takes 50."""
+    merged = tags.copyable(tags.from_aws(source_tags), config.trigger_tag_key) | dict(extra)
+    if len(merged) + tags.OWN_TAGS_PER_OUTPUT > tags.MAX_PER_RESOURCE:
+        raise InvalidInput(
+            f"the copy of {source_id} would need {len(merged) + tags.OWN_TAGS_PER_OUTPUT} tags "
+            f"(its user tags, the input's tags and {tags.OWN_TAGS_PER_OUTPUT} of this project), "
+            f"more than the {tags.MAX_PER_RESOURCE} EC2 allows: pass fewer tags"
+        )
 
 
 def _check_availability_zones(names: tuple[str, ...]) -> None:

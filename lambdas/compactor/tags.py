@@ -16,6 +16,10 @@ ROLE = PREFIX + "role"
 SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
 SOURCE_IMAGE = PREFIX + "source-image"
 
+MAX_PER_RESOURCE = 50  # EC2's limit
+# stack, execution, role, source-snapshot and (AMI jobs) source-image
+OWN_TAGS_PER_OUTPUT = 5
+
 ROLE_INSTANCE = "transfer-instance"
 ROLE_SNAPSHOT = "snapshot"
 ROLE_IMAGE = "image"

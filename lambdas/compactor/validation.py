@@ -41,7 +41,6 @@ _KMS_KEY = re.compile(
 )
 # RegisterImage: 3-128 characters of letters, digits, ( ) [ ] space . / - ' @ _
 _IMAGE_NAME = re.compile(r"^[a-zA-Z0-9()\[\] ./'@_-]{3,128}$")
-IMAGE_NAME_MAX = 128
 _MAX_USER_TAGS = 40  # EC2 allows 50 per resource; leave room for ours and the copied ones
 
 

@@ -135,6 +135,14 @@ def test_invalid_input_is_refused_and_creates_nothing(
     assert world.inventory() == before
 
 
+def test_too_many_tags_for_the_copy(world: World) -> None:
+    source = world.snapshot(tags={f"s{n}": "x" for n in range(30)})
+    with pytest.raises(errors.InvalidInput, match=f"copy of {source} would need 51 tags"):
+        run(world, {"snapshotId": source, "tags": {f"i{n}": "y" for n in range(16)}})
+    # keys the copy shares with the input count once
+    run(world, {"snapshotId": source, "tags": {f"s{n}": "y" for n in range(16)}})
+
+
 def test_snapshot_in_another_region(world: World) -> None:
     arn = "arn:aws:ec2:eu-west-1:123456789012:snapshot/snap-0123456789abcdef0"
     with pytest.raises(errors.SnapshotInOtherRegion, match=r"is in eu-west-1.*copy the snapshot"):
