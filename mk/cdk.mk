@@ -1,7 +1,7 @@
 # Targets of the cdk area: the CDK app (bin/, lib/), its jest tests (test/cdk/) and the Command document.
 .PHONY: lint-cdk test-cdk synth
 CDK_TS := bin lib test/cdk
-CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc cdk.json
+CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc
 
 lint-cdk: setup
 	npx tsc --noEmit -p tsconfig.json
@@ -9,11 +9,12 @@ lint-cdk: setup
 	npx prettier --check $(CDK_TS) $(CDK_CONFIG)
 
 # jest never updates snapshots here (--ci); `npm run test:update-snapshots` is the only way to.
-# The synth runs the cdk-nag checks: an unacknowledged finding fails it.
+# The synth runs the cdk-nag checks: an unacknowledged finding fails it. cfn-lint fails on errors;
+# W3005 (a DependsOn next to a GetAtt on the same role) is how CDK orders role policies, not a defect.
 test-cdk: setup
 	npx jest --ci
 	$(MAKE) --no-print-directory synth
-	$(VENV)/bin/cfn-lint --non-zero-exit-code error cdk.out/*.template.json
+	$(VENV)/bin/cfn-lint --non-zero-exit-code error --ignore-checks W3005 -- cdk.out/*.template.json
 
 synth: setup
 	rm -rf cdk.out
