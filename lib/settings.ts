@@ -39,7 +39,7 @@ export interface Settings {
   readonly logRetentionDays: number;
 }
 
-/** Nitro types with EBS bandwidth that is not credit-based; see docs/deploy.md for why. */
+/** Nitro (NVMe device names, EBS-optimized), not burstable, cheap on Spot; docs/deploy.md says why. */
 export const DEFAULT_INSTANCE_TYPES: Record<Architecture, string[]> = {
   x86_64: ['m7i.large', 'm6i.large', 'c6i.large', 'm5.large', 'c5.large'],
   arm64: ['m7g.large', 'm6g.large', 'c7g.large', 'c6g.large', 'r6g.large'],
