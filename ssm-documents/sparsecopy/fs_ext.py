@@ -14,15 +14,18 @@ class ExtMap(NamedTuple):
     note: str
 
 
+def needs_recovery(device: str) -> bool:
+    """Whether the journal holds changes not yet written to their home locations."""
+    return "needs_recovery" in _features(run(["dumpe2fs", "-h", device]).stdout)
+
+
 def replay_journal(device: str) -> str:
-    """Replay a pending journal (the only write this program makes to a source). Returns a note."""
-    header = run(["dumpe2fs", "-h", device]).stdout
-    if "needs_recovery" not in _features(header):
-        return ""
+    """Replay the pending journal (the only write this program makes to a source). Returns ""
+    on success, else why it failed."""
     proc = run(["e2fsck", "-E", "journal_only", "-p", device], check=False)
     if proc.returncode not in (0, 1):  # 1 = fixed (journal replayed)
         return f"journal replay failed: {proc.stderr.strip() or proc.stdout.strip()}"
-    return "journal replayed"
+    return ""
 
 
 def _features(header: str) -> str:

@@ -89,21 +89,36 @@ def _with_tail(allocated: Extents, fs_bytes: int, size: int, start: int) -> Exte
 
 def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
     try:
-        note = fs_ext.replay_journal(device) if recover else ""
-        if note.startswith("journal replay failed"):
-            plan.raw(f"{note}; copying every non-zero block")
+        pending = fs_ext.needs_recovery(device)
+        if pending and recover:
+            failure = fs_ext.replay_journal(device)
+            if failure:
+                plan.raw(f"{failure}; copying every non-zero block")
+                return
+        try:
+            ext = fs_ext.read_map(device)
+        except (Failure, ValueError) as exc:
+            if not (pending and not recover):
+                raise
+            # inspect: before replay, bitmaps and their checksums may legitimately disagree
+            plan.use(
+                ALLOCATED,
+                [(plan.start, plan.size)],
+                f"the map cannot be read before journal replay ({exc}); "
+                "allocated_bytes shown is the partition size",
+            )
             return
-        ext = fs_ext.read_map(device)
     except (Failure, ValueError) as exc:
         # e.g. features newer than this instance's e2fsprogs: no map, so copy everything
         plan.raw(f"ext map unreadable ({exc}); copying every non-zero block")
         return
-    if not ext.clean:
-        if recover:
-            plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
-            return
-        note = f"{ext.note}: the journal will be replayed before copying"
-    plan.use(ALLOCATED, _with_tail(ext.allocated, ext.fs_bytes, plan.size, plan.start), note)
+    allocated = _with_tail(ext.allocated, ext.fs_bytes, plan.size, plan.start)
+    if pending and not recover:
+        plan.use(ALLOCATED, allocated, "map read before journal replay; copy replays it first")
+    elif not ext.clean:
+        plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
+    else:
+        plan.use(ALLOCATED, allocated, "journal replayed" if pending else "")
 
 
 def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:

@@ -126,8 +126,9 @@ def test_inspect_writes_nothing_even_on_a_crashed_source(tmp_path: Path) -> None
     plan = run.summary
     assert _sha(crashed.path) == before, "inspect changed the source"
     (part,) = plan["partitions"]
-    assert (part["fs"], part["method"]) == ("ext4", "allocated")
-    assert "journal will be replayed" in part["note"]
+    assert (part["fs"], part["method"]) == ("ext4", "allocated"), part
+    # Before replay the map may even be unreadable (bitmap checksums from different moments).
+    assert "before journal replay" in part["note"]
     assert plan["table"] == "none"
 
 

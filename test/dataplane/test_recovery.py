@@ -5,6 +5,7 @@ every file the filesystem shows after its own recovery."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import images
@@ -14,10 +15,16 @@ from conftest import attached, blank_like, sparsecopy, working_copy
 pytestmark = pytest.mark.needs_root
 
 
-def _ext_free_blocks(path: Path, part: images.Partition) -> int:
-    """Free blocks according to the block bitmaps (dumpe2fs reads them, no replay)."""
+def _ext_free_blocks(path: Path, part: images.Partition) -> int | None:
+    """Free blocks according to the block bitmaps (dumpe2fs reads them, no replay); None when
+    dumpe2fs rejects them (before replay a bitmap and its checksum may be from different
+    moments)."""
     with images.loop_device(path, part.start, part.size, read_only=True) as device:
-        out = images.run("dumpe2fs", device)
+        proc = subprocess.run(["dumpe2fs", device], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        assert "checksum does not match" in proc.stderr, proc.stderr
+        return None
+    out = proc.stdout
     free = 0
     for line in re.findall(r"^\s+Free blocks: (.*)$", out, re.M):
         for item in filter(None, (i.strip() for i in line.split(","))):
@@ -57,7 +64,7 @@ def test_crashed_source_is_replayed_before_its_map_is_read(
     part = source.partition(number)
     # Precondition: before replay the map calls blocks free that hold the late files.
     stale, replayed = free_blocks(source.path, part), free_blocks(reference.path, part)
-    assert stale > replayed, "the crash left no stale map: this test would prove nothing"
+    assert stale is None or stale > replayed, "no stale map: this test would prove nothing"
 
     summary, target = _copy(source, tmp_path)
     assert summary["partitions"][-1]["method"] == "allocated"
@@ -72,6 +79,9 @@ def test_unclean_ext2_is_copied_raw(tmp_path: Path) -> None:
     """No journal to replay: the bitmaps cannot be trusted, every non-zero block is copied."""
     source = images.build_bare_ext2_crashed(tmp_path / "source.img")
     reference = images.recovered_copy(source, tmp_path / "reference.img")
+    with attached(source.path) as src:
+        planned = sparsecopy("inspect", src)
+    assert [p["method"] for p in planned.summary["partitions"]] == ["raw"]
     summary, target = _copy(source, tmp_path)
     (part,) = summary["partitions"]
     assert part["method"] == "raw"
