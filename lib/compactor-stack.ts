@@ -72,7 +72,7 @@ export class CompactorStack extends Stack {
         MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
       },
     });
-    taskRole.allowLogging(tasks.logGroups.map((group) => group.logGroupArn));
+    taskRole.allowLogging(tasks.logGroupArns);
 
     const workflowLogGroup = new logs.LogGroup(this, 'WorkflowLogs', {
       retention,

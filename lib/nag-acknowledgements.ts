@@ -42,8 +42,8 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
     ack(
       t.taskRole,
       `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:${resource}/*]`,
-      resource === 'network-interface'
-        ? 'RunInstances creates the network interface of the transfer instance; the instance itself must carry the stack tag.'
+      resource === 'network-interface' || resource === 'spot-instances-request'
+        ? `RunInstances creates the ${resource} of the transfer instance; the instance itself must carry the stack tag.`
         : tagScoped,
     );
   }

@@ -32,6 +32,23 @@ const TIMEOUTS: Partial<Record<TaskModule, Duration>> = {
   prepare: Duration.minutes(2),
 };
 
+/** Tests, caches and packaging metadata stay out of the deployed code. */
+const LAMBDA_ASSET_EXCLUDES = [
+  'tests',
+  '**/tests',
+  '**/__pycache__',
+  '**/*.pyc',
+  '**/test_*.py',
+  '**/conftest.py',
+  '.mypy_cache',
+  '.pytest_cache',
+  '.ruff_cache',
+  '*.md',
+  '*.toml',
+  '*.cfg',
+  '*.txt',
+];
+
 export function handlerOf(module: TaskModule): string {
   return `compactor.handlers.${module}.handler`;
 }
@@ -45,67 +62,74 @@ export interface TaskFunctionsProps {
   readonly powertoolsLayerArn?: string;
 }
 
-/** Creates every task function the same way; tests and the twin find them by their Handler. */
+/** What every task function shares. */
+export interface TaskFunctionShared {
+  readonly code: lambda.Code;
+  readonly powertools: lambda.ILayerVersion;
+  readonly role: iam.IRole;
+  readonly environment: Record<string, string>;
+  readonly logRetention: logs.RetentionDays;
+}
+
+/** The one way a task function is made: Python 3.13, Powertools layer, X-Ray, JSON logs in its own group. */
+export function createTaskFunction(
+  scope: Construct,
+  module: TaskModule,
+  shared: TaskFunctionShared,
+): lambda.Function {
+  const id = module
+    .split('_')
+    .map((word) => word[0].toUpperCase() + word.slice(1))
+    .join('');
+  const logGroup = new logs.LogGroup(scope, `${id}Logs`, {
+    retention: shared.logRetention,
+    removalPolicy: RemovalPolicy.DESTROY,
+  });
+  return new lambda.Function(scope, id, {
+    description: `ebs-snapshot-compactor task ${module} (${Stack.of(scope).stackName})`,
+    runtime: lambda.Runtime.PYTHON_3_13,
+    architecture: lambda.Architecture.X86_64,
+    handler: handlerOf(module),
+    code: shared.code,
+    layers: [shared.powertools],
+    role: shared.role,
+    environment: shared.environment,
+    memorySize: 256,
+    timeout: TIMEOUTS[module] ?? Duration.minutes(1),
+    tracing: lambda.Tracing.ACTIVE,
+    logGroup,
+    loggingFormat: lambda.LoggingFormat.JSON,
+  });
+}
+
+/** Every task function of docs/contract.md; tests and the twin find them by their Handler. */
 export class TaskFunctions extends Construct {
   public readonly functions: Record<TaskModule, lambda.Function>;
-  public readonly logGroups: logs.LogGroup[] = [];
 
   constructor(scope: Construct, id: string, props: TaskFunctionsProps) {
     super(scope, id);
-    const code = lambda.Code.fromAsset(LAMBDAS_DIR, {
-      exclude: [
-        'tests',
-        '**/tests',
-        '**/__pycache__',
-        '**/*.pyc',
-        '**/test_*.py',
-        '**/conftest.py',
-        '.mypy_cache',
-        '.pytest_cache',
-        '.ruff_cache',
-        '*.md',
-        '*.toml',
-        '*.cfg',
-        '*.txt',
-      ],
-    });
     const layerArn =
       props.powertoolsLayerArn ??
       ssm.StringParameter.valueForStringParameter(this, POWERTOOLS_LAYER_PARAMETER);
-    const powertools = lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn);
-    const environment = {
-      ...props.environment,
-      POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
-      POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
-      LOG_LEVEL: 'INFO',
+    const shared: TaskFunctionShared = {
+      code: lambda.Code.fromAsset(LAMBDAS_DIR, { exclude: LAMBDA_ASSET_EXCLUDES }),
+      powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
+      role: props.role,
+      logRetention: props.logRetention,
+      environment: {
+        ...props.environment,
+        POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
+        POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
+        LOG_LEVEL: 'INFO',
+      },
     };
-    const entries = TASK_MODULES.map((module): [TaskModule, lambda.Function] => {
-      const id = module
-        .split('_')
-        .map((word) => word[0].toUpperCase() + word.slice(1))
-        .join('');
-      const logGroup = new logs.LogGroup(this, `${id}Logs`, {
-        retention: props.logRetention,
-        removalPolicy: RemovalPolicy.DESTROY,
-      });
-      this.logGroups.push(logGroup);
-      const fn = new lambda.Function(this, id, {
-        description: `ebs-snapshot-compactor task ${module} (${Stack.of(this).stackName})`,
-        runtime: lambda.Runtime.PYTHON_3_13,
-        architecture: lambda.Architecture.X86_64,
-        handler: handlerOf(module),
-        code,
-        layers: [powertools],
-        role: props.role,
-        environment,
-        memorySize: 256,
-        timeout: TIMEOUTS[module] ?? Duration.minutes(1),
-        tracing: lambda.Tracing.ACTIVE,
-        logGroup,
-        loggingFormat: lambda.LoggingFormat.JSON,
-      });
-      return [module, fn];
-    });
-    this.functions = Object.fromEntries(entries) as Record<TaskModule, lambda.Function>;
+    this.functions = Object.fromEntries(
+      TASK_MODULES.map((module) => [module, createTaskFunction(this, module, shared)]),
+    ) as Record<TaskModule, lambda.Function>;
+  }
+
+  /** ARNs of the functions' log groups (ending in :*), for the role's logging statement. */
+  get logGroupArns(): string[] {
+    return Object.values(this.functions).map((fn) => fn.logGroup.logGroupArn);
   }
 }

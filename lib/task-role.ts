@@ -67,7 +67,7 @@ export class TaskRole extends Construct {
       new iam.PolicyStatement({
         sid: 'CreateTaggedInstancesAndVolumes',
         actions: ['ec2:RunInstances', 'ec2:CreateVolume'],
-        resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('spot-instances-request')],
+        resources: [ec2Arn('instance'), ec2Arn('volume')],
         conditions: requestTagged,
       }),
       new iam.PolicyStatement({
@@ -88,6 +88,8 @@ export class TaskRole extends Construct {
             resourceName: props.launchTemplateId,
           }),
           ec2Arn('network-interface'),
+          // The Spot request of a Spot launch; it ends with the instance and is never acted on later.
+          ec2Arn('spot-instances-request'),
           // Images and snapshots may belong to other accounts (public AL2023 AMIs, shared snapshots).
           ec2Arn('image', ''),
           ec2Arn('snapshot', ''),

@@ -102,6 +102,7 @@ describe('default stack', () => {
     expect(unconditioned).toHaveLength(1);
     const resources = JSON.stringify(unconditioned[0].Resource);
     expect(resources).not.toMatch(/:instance\/|:volume\//);
+    expect(resources).toMatch(/:spot-instances-request\/\*/);
     expect(resources).toMatch(/security-group\//);
     expect(resources).toMatch(/launch-template\//);
     expect(resources).toMatch(/VpctransferSubnet1/);
