@@ -232,6 +232,30 @@ def test_initialization_rate_without_capacity_falls_back_to_the_default_rate(wor
     assert calls[0]["ClientToken"] != calls[1]["ClientToken"]
 
 
+def test_without_rate_capacity_no_later_pool_asks_for_the_rate(world: World) -> None:
+    plan = plan_for(world)
+    calls: list[dict[str, Any]] = []
+
+    def fail(params: dict[str, Any]) -> None:
+        calls.append(params)
+        if "VolumeInitializationRate" in params["BlockDeviceMappings"][0]["Ebs"]:
+            raise client_error("RunInstances", "InsufficientCapacity", "volume initialization rate")
+        if params["SubnetId"] == world.subnets[0]:
+            raise client_error("RunInstances", "InsufficientInstanceCapacity", "none here")
+
+    on_params(aws.ec2(), "RunInstances", fail)
+    result = run(world, plan)
+    assert [
+        ("VolumeInitializationRate" in c["BlockDeviceMappings"][0]["Ebs"], c["SubnetId"])
+        for c in calls
+    ] == [
+        (True, world.subnets[0]),
+        (False, world.subnets[0]),
+        (False, world.subnets[1]),
+    ]
+    assert (result["subnetId"], result["volumeInitializationRate"]) == (world.subnets[1], None)
+
+
 def test_rate_off_sends_no_rate(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOLUME_INITIALIZATION_RATE", "0")
     plan = plan_for(world)

@@ -73,20 +73,22 @@ def pools(config: Config, launch_attempt: int) -> list[Pool]:
 
 def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
     failed: list[FailedPool] = []
+    rate = config.volume_initialization_rate
     for pool in pools(config, launch_attempt):
-        rate = config.volume_initialization_rate
         try:
             try:
                 return _run(plan, launch_attempt, pool, rate, failed, config)
             except ClientError as error:
                 if rate is None or not _is_about_initialization_rate(error):
                     raise
+                # the rate's capacity is per Region: do without it from here on
                 logger.warning(
                     "no capacity for the volume initialization rate; default rate instead",
                     extra={"pool": pool.describe(), "error": aws.error_message(error)},
                 )
                 metrics.add_metric(name="VolumeInitializationRateFallback", unit="Count", value=1)
-                return _run(plan, launch_attempt, pool, None, failed, config)
+                rate = None
+                return _run(plan, launch_attempt, pool, rate, failed, config)
         except ClientError as error:
             if aws.error_code(error) not in CAPACITY_ERRORS:
                 raise
