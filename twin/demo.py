@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"twin demo: {error}", file=sys.stderr)
         return 2
+    # A stopped demo still unmounts and detaches what it set up (the emulator's finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = run(opts)
     print(summary(report))
     return 0
