@@ -56,6 +56,8 @@ def summary(report: dict[str, Any]) -> str:
             else ""
         ),
     ]
+    if report["state_durations"]:
+        lines.append(f"  time per state   {_per_state(report['state_durations'])}")
     if report.get("phase_seconds"):
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in report["phase_seconds"].items())
         lines.append(f"  phases           {phases}")
@@ -75,6 +77,18 @@ def summary(report: dict[str, Any]) -> str:
     lines.append(f"  report           {report['picture'].rsplit('/', 1)[0]}/report.json")
     lines.append(f"  block picture    {report['picture']}")
     return "\n".join(lines)
+
+
+def _per_state(durations: list[dict[str, Any]], top: int = 8) -> str:
+    """Seconds spent in each state (summed over repeats), the slowest first."""
+    totals: dict[str, list[float]] = {}
+    for d in durations:
+        totals.setdefault(d["state"], []).append(d["seconds"])
+    ranked = sorted(totals.items(), key=lambda item: -sum(item[1]))[:top]
+    return ", ".join(
+        f"{name} {sum(times):.1f}s" + (f" ({len(times)}x)" if len(times) > 1 else "")
+        for name, times in ranked
+    )
 
 
 def _compress(states: list[str]) -> list[str]:

@@ -7,7 +7,6 @@ attached (only those) and deletes its files, also when the body failed.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -184,9 +183,3 @@ def _reset_moto() -> None:
     from moto.moto_api._internal.models import moto_api_backend
 
     moto_api_backend.reset()
-
-
-def default_workdir(base: Path) -> Path:
-    path = base / f"emulator-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path

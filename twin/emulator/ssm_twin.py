@@ -13,7 +13,6 @@ import contextlib
 import datetime
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -207,9 +206,10 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
             run.instance_id
         ]
         if interrupt:
-            threading.Timer(
-                INTERRUPT_AFTER_SECONDS, interrupt_spot_instance, args=(backend, run.instance_id)
-            ).start()
+            # Synchronously, so the instance is gone before this run can report an end, however
+            # fast the command is.
+            time.sleep(INTERRUPT_AFTER_SECONDS)
+            interrupt_spot_instance(backend, run.instance_id)
         try:
             out, err = run.process.communicate(timeout=run.timeout_seconds)
         except subprocess.TimeoutExpired:
@@ -257,7 +257,7 @@ def stop_runs_on_instance(emu: st.EmulatorState, instance_id: str) -> None:
         if run.status in ("Pending", "InProgress"):
             run.instance_gone = True
             _kill(run)
-            if run.thread is not None:
+            if run.thread is not None and run.thread is not threading.current_thread():
                 run.thread.join(timeout=30)
 
 
@@ -372,15 +372,3 @@ def install() -> None:
     SimpleSystemManagerBackend.send_command = _send_command  # type: ignore[method-assign,assignment]
     Command.get_invocation = _get_invocation  # type: ignore[method-assign]
     SimpleSystemManagerResponse.describe_instance_information = _describe_instance_information  # type: ignore[attr-defined]
-
-
-def cleanup_rundirs(emu: st.EmulatorState) -> None:
-    shutil.rmtree(emu.workdir / "commands", ignore_errors=True)
-
-
-def wait_for(run: CommandRun, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while run.status in ("Pending", "InProgress") and not run.instance_gone:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"command {run.command_id} still {run.status} after {seconds}s")
-        time.sleep(0.05)
