@@ -2,6 +2,9 @@
 .PHONY: lint-cdk test-cdk synth
 CDK_TS := bin lib test/cdk
 CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc
+# A second synth with a user-supplied VPC, so cfn-lint sees both network variants.
+CDK_OWN_VPC_OUT := out/cdk-own-vpc
+CDK_OWN_VPC_CONTEXT := -c vpcId=vpc-0123456789abcdef0 -c subnetIds=subnet-0123456789abcdef0,subnet-0fedcba9876543210
 
 lint-cdk: setup
 	npx tsc --noEmit -p tsconfig.json
@@ -14,7 +17,10 @@ lint-cdk: setup
 test-cdk: setup
 	npx jest --ci
 	$(MAKE) --no-print-directory synth
-	$(VENV)/bin/cfn-lint --non-zero-exit-code error --ignore-checks W3005 -- cdk.out/*.template.json
+	rm -rf $(CDK_OWN_VPC_OUT)
+	npx cdk synth --quiet --output $(CDK_OWN_VPC_OUT) $(CDK_OWN_VPC_CONTEXT)
+	$(VENV)/bin/cfn-lint --non-zero-exit-code error --ignore-checks W3005 -- \
+	  cdk.out/*.template.json $(CDK_OWN_VPC_OUT)/*.template.json
 
 synth: setup
 	rm -rf cdk.out
