@@ -155,13 +155,30 @@ def partition_device(
     try:
         yield device
     finally:
-        detach(device)
+        detach(device, disk, start)
         flush(disk)
 
 
-def detach(device: str) -> None:
+def _serves(device: str, backing: str, offset: int) -> bool:
+    """Whether the loop device is still attached to ``backing`` at ``offset``."""
+    sysdir = f"/sys/block/{os.path.basename(device)}/loop"
+    try:
+        with open(f"{sysdir}/backing_file") as f:
+            attached = f.read().strip()
+        with open(f"{sysdir}/offset") as f:
+            at = int(f.read().strip())
+    except (OSError, ValueError):
+        return False
+    return attached == os.path.realpath(backing) and at == offset
+
+
+def detach(device: str, backing: str, offset: int = 0) -> None:
+    """Detach a loop device this program attached. Retries only while the device still serves
+    our file: once freed, the same name may already belong to someone else's new device."""
     for attempt in range(30):
         if run(["losetup", "--detach", device], check=False).returncode == 0:
+            return
+        if not _serves(device, backing, offset):
             return
         time.sleep(0.1 * (attempt + 1))
     raise Failure(f"could not detach loop device {device}: detach it with losetup -d {device}")

@@ -4,6 +4,7 @@ import re
 from typing import NamedTuple
 
 from .blockdev import mounted, run
+from .errors import Failure
 from .extents import Extents, complement
 
 
@@ -18,7 +19,9 @@ def replay_log(device: str) -> str:
     try:
         with mounted(device, "xfs", "nouuid"):
             pass
-    except Exception as exc:
+    except Failure as exc:
+        if str(exc).startswith("could not unmount"):
+            raise  # still mounted: copying it now would read a live filesystem
         return f"log replay by mount failed: {exc}"
     return ""
 

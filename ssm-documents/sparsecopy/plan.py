@@ -122,19 +122,25 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
 
 
 def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:
-    note = ""
     if recover:
         failure = fs_xfs.replay_log(device)
         if failure:
             plan.raw(f"{failure}; free-space map untrusted, copying every non-zero block")
             return
-    else:
-        note = "map read before log replay; copy mounts and unmounts first"
     try:
         xfs = fs_xfs.read_map(device)
-    except Exception as exc:
+    except (Failure, ValueError, KeyError) as exc:
+        if not recover:  # inspect: an unreplayed log may keep xfs_db from reading the map
+            plan.use(
+                ALLOCATED,
+                [(plan.start, plan.size)],
+                f"the map could not be read before log replay ({exc}); "
+                "allocated_bytes shown is the partition size",
+            )
+            return
         plan.raw(f"xfs_db could not read the free-space map ({exc}); copying every non-zero block")
         return
+    note = "" if recover else "map read before log replay; copy mounts and unmounts first"
     plan.use(ALLOCATED, _with_tail(xfs.allocated, xfs.fs_bytes, plan.size, plan.start), note)
 
 

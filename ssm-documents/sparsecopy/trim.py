@@ -68,7 +68,7 @@ def _fstrim(image: str, fs: str) -> Optional[str]:
     except Failure as exc:
         return str(exc)
     finally:
-        detach(device)
+        detach(device, image)
     return None
 
 

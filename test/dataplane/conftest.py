@@ -85,10 +85,10 @@ def working_copy(disk: images.DiskImage, dest: Path) -> images.DiskImage:
 
 
 @pytest.fixture
-def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves loop devices of its own images attached."""
-    before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+def no_leaks(tmp_path: Path) -> Iterator[None]:
+    """Fail a test that leaves loop devices on its own files attached (other test runs and
+    other users share the loop devices, so only this test's directory counts)."""
     yield
-    after = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    leaked = [line for line in after.splitlines() if line not in before and "pytest" in line]
+    attached = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    leaked = [line for line in attached.splitlines() if str(tmp_path) in line]
     assert not leaked, f"loop devices left attached: {leaked}"

@@ -34,7 +34,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -84,7 +84,7 @@ def run(*args: str, input_: bytes | None = None) -> str:
 
 
 def _retry(action: list[str], attempts: int = 20) -> None:
-    # Detach and unmount race with udev and FUSE daemons still holding the device for a moment.
+    # Unmounting our own mountpoint races with FUSE daemons and udev for a moment.
     for attempt in range(attempts):
         proc = subprocess.run(action, capture_output=True, check=False)
         if proc.returncode == 0:
@@ -115,7 +115,31 @@ def loop_device(
     try:
         yield device
     finally:
-        _retry(["losetup", "--detach", device])
+        _detach(device, str(path), offset)
+
+
+def _serves(device: str, path: str, offset: int) -> bool:
+    """Whether ``device`` is still attached to ``path`` at ``offset``."""
+    sysdir = Path(f"/sys/block/{Path(device).name}/loop")
+    try:
+        backing = (sysdir / "backing_file").read_text().strip()
+        at = int((sysdir / "offset").read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return backing == os.path.realpath(path) and at == offset
+
+
+def _detach(device: str, path: str, offset: int) -> None:
+    """Detach our loop device. Never retried blindly: once freed, the same name may belong to
+    another user's new device (tests run concurrently with other loop-device users)."""
+    for attempt in range(20):
+        subprocess.run(["losetup", "--detach", device], capture_output=True, check=False)
+        # A device still open elsewhere is only marked for autoclear: wait until it no longer
+        # serves this file.
+        if not _serves(device, path, offset):
+            return
+        time.sleep(0.1 * (attempt + 1))
+    raise RuntimeError(f"loop device {device} still serves {path}: detach it by hand")
 
 
 @contextlib.contextmanager
@@ -141,9 +165,44 @@ def mounted(
         try:
             yield mnt
         finally:
+            daemons = _fuse_daemons(mnt) if fstype == "ntfs" else []
             _retry(["umount", str(mnt)])
+            # umount returns before ntfs-3g has closed the device: wait, so that detaching
+            # the loop device right after really detaches it.
+            _wait_until(lambda: not any(_running(pid) for pid in daemons))
     finally:
         mnt.rmdir()
+
+
+def _running(pid: int) -> bool:
+    """Whether a process exists and has not exited (a zombie has closed its files)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _fuse_daemons(mnt: Path) -> list[int]:
+    """Process ids of the FUSE daemons serving ``mnt``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(mnt).encode() in cmdline:
+                pids.append(int(entry))
+    return pids
+
+
+def _wait_until(done: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out waiting for a device to be released")
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
