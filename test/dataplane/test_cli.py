@@ -182,22 +182,28 @@ def test_device_refuses_the_root_disk(by_id: Path) -> None:
 def test_device_xen_name_fallback(by_id: Path, source: Path) -> None:
     """No NVMe device: /dev/sdX is looked up as /dev/xvdX (a node made for the test)."""
     with attached(source) as device:
-        node = Path("/dev/xvdzq")
-        assert not node.exists()
         rdev = os.stat(device).st_rdev
-        os.mknod(node, stat.S_IFBLK | 0o600, rdev)
+        for letters in ("zq", "zr", "zs", "zt", "zu", "zv", "zw", "zx"):
+            node = Path(f"/dev/xvd{letters}")
+            try:  # atomic: a concurrent test run picks another name
+                os.mknod(node, stat.S_IFBLK | 0o600, rdev)
+                break
+            except FileExistsError:
+                continue
+        else:
+            pytest.fail("no free /dev/xvdz? name for the test node")
         try:
             run = sparsecopy(
                 "device",
                 VOLUME,
                 "--device-name",
-                "/dev/sdzq",
+                f"/dev/sd{letters}",
                 env={"SPARSECOPY_BY_ID_DIR": str(by_id)},
             )
         finally:
             node.unlink()
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "/dev/xvdzq"
+    assert run.stdout.strip() == str(node)
 
 
 def test_device_missing_volume_names_it(by_id: Path) -> None:
