@@ -124,15 +124,18 @@ def in_use(path: str) -> Optional[str]:
     if not numbers:
         return None
     if set(numbers) & set(root_disk_numbers()):
-        return f"{path} is the root disk of this instance"
+        return f"{path} is the root disk of this instance: pick another device"
     if set(numbers) & set(_mounted_numbers()):
-        return f"{path} (or one of its partitions) is mounted"
+        return f"{path} (or one of its partitions) is mounted: unmount it first"
     if set(numbers) & set(_swap_numbers()):
-        return f"{path} (or one of its partitions) is in use as swap"
+        return f"{path} (or one of its partitions) is in use as swap: swapoff it first"
     for number in numbers:
         holders = os.path.join(_sysfs_dir(number), "holders")
         if os.path.isdir(holders) and os.listdir(holders):
-            return f"{path} is held by {', '.join(os.listdir(holders))} (LVM, RAID or dm)"
+            return (
+                f"{path} is held by {', '.join(os.listdir(holders))} (LVM, RAID or dm): "
+                "deactivate it first"
+            )
     return None
 
 

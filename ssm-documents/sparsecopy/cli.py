@@ -54,7 +54,7 @@ def _check_device(path: str, role: str) -> None:
         raise Failure(f"{role} {path} is not a block device")
     problem = in_use(path)
     if problem:
-        raise Failure(f"{role} {problem}: unmount it first")
+        raise Failure(f"{role} {problem}")
 
 
 def _read_aligned(fd: int, offset: int, length: int) -> bytes:
