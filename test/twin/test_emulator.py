@@ -301,9 +301,16 @@ def test_fast_snapshot_restore_goes_enabling_optimizing_enabled(emulator: Emulat
 
 
 def test_no_loop_device_left_after_exit(tmp_path: Path, root_only: None) -> None:
+    image = _image(tmp_path / "disk.img")
     with Emulator(tmp_path / "emu") as emu:
-        device = emu.state.loops.attach(_image(tmp_path / "disk.img"))
+        emu.state.loops.attach(image)
+        assert _devices_on(image)
+    # By backing file, not device name: other users may get the same /dev/loopN right away.
+    assert _devices_on(image) == []
+
+
+def _devices_on(path: Path) -> list[str]:
     listed = subprocess.run(
-        ["losetup", "--list", "--noheadings", "-O", "NAME"], capture_output=True, text=True
-    ).stdout.split()
-    assert device not in listed
+        ["losetup", "--associated", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    return [line.split(":", 1)[0] for line in listed.splitlines() if line.strip()]
