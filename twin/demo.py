@@ -43,8 +43,12 @@ def summary(report: dict[str, Any]) -> str:
         f"({_mib(report['new_snapshot_bytes'])})",
         f"  read from source {_mib(report['bytes_read_from_source'])}, written to target "
         f"{_mib(report['bytes_written_to_target'])}",
-        f"  verification     files equal: {report['files_verified']}, "
-        f"fsck clean: {report['fsck_clean']}",
+        (
+            f"  verification     files equal: {report['files_verified']}, "
+            f"fsck clean: {report['fsck_clean']}"
+            if report["verification"]
+            else "  verification     not run: no new snapshot"
+        ),
         f"  leaked resources {report['leaked_resources']}"
         + (f" {report['leaks']}" if report["leaks"] else ""),
         f"  source unchanged {report['source_snapshot_unchanged']}",
