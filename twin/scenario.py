@@ -152,6 +152,12 @@ def _leaks(emu: Emulator, name: str, keep_snapshots: set[str], keep_image: str |
         if image["ImageId"] != keep_image:
             leaks.append(f"image {image['ImageId']}")
     leaks += [f"loop device {dev}" for dev in emu.state.loops.attached]
+    # Also what the kernel still holds, e.g. a device a killed program stacked on a volume.
+    leaks += [
+        f"kernel loop device {dev}"
+        for dev in emu.state.loops.kernel_leftovers(emu.state.workdir)
+        if dev not in emu.state.loops.attached
+    ]
     return leaks
 
 

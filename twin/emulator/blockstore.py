@@ -115,6 +115,32 @@ class LoopDevices:
         if result.returncode != 0 and "No such device" not in result.stderr:
             raise RuntimeError(f"losetup --detach {device} failed: {result.stderr.strip()}")
 
+    def release_stacked(self, devices: list[str]) -> list[str]:
+        """Unmount and detach what a command built on top of `devices` and left behind.
+
+        On EC2 a lost instance takes its kernel with it; here the "instance" shares this machine's
+        kernel, so the loop devices and mounts its programs made over its volumes would outlive it.
+        Returns the stacked devices released.
+        """
+        released: list[str] = []
+        stacked = _loops_backed_by(set(devices))
+        for device in reversed(stacked):  # the outermost first
+            for mountpoint in _mountpoints_of(device):
+                subprocess.run(["umount", "-l", mountpoint], capture_output=True)
+            subprocess.run(["losetup", "--detach", device], capture_output=True)
+            released.append(device)
+        return released
+
+    def kernel_leftovers(self, workdir: Path) -> list[str]:
+        """Loop devices the kernel still has over files under `workdir` (deleted ones included)
+        or over devices made from them."""
+        roots = {
+            dev
+            for dev, backing in _kernel_loops().items()
+            if Path(backing).is_relative_to(workdir)
+        }
+        return sorted(roots | set(_loops_backed_by(roots)))
+
     def detach_all(self) -> list[str]:
         """Detach everything this process attached; returns the devices that could not be."""
         failed = []
@@ -124,3 +150,35 @@ class LoopDevices:
             except (RuntimeError, ValueError):
                 failed.append(device)
         return failed
+
+
+def _kernel_loops() -> dict[str, str]:
+    """Every loop device the kernel has, with its backing file (a path, possibly another device)."""
+    loops = {}
+    for entry in Path("/sys/block").glob("loop*"):
+        backing = entry / "loop" / "backing_file"
+        if backing.exists():
+            loops[f"/dev/{entry.name}"] = backing.read_text().strip().removesuffix(" (deleted)")
+    return loops
+
+
+def _loops_backed_by(devices: set[str]) -> list[str]:
+    """Loop devices over `devices`, transitively, in the order they stack (innermost first)."""
+    found: list[str] = []
+    frontier = set(devices)
+    loops = _kernel_loops()
+    while frontier:
+        layer = [dev for dev, backing in loops.items() if backing in frontier and dev not in found]
+        found += sorted(layer)
+        frontier = set(layer)
+    return found
+
+
+def _mountpoints_of(device: str) -> list[str]:
+    mountpoints = []
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            source, mountpoint = line.split()[:2]
+            if source == device:
+                mountpoints.append(mountpoint.replace("\\040", " "))
+    return mountpoints

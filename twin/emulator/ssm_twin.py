@@ -173,6 +173,7 @@ def _prepare_devices(emu: st.EmulatorState, run: CommandRun, backend: Any) -> Pa
 
 
 def _release_devices(emu: st.EmulatorState, run: CommandRun) -> None:
+    emu.loops.release_stacked(run.devices)
     for device in run.devices:
         # On failure detach_all at shutdown tries again and reports what stays attached.
         with contextlib.suppress(RuntimeError, ValueError):
