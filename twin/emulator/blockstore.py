@@ -135,9 +135,7 @@ class LoopDevices:
         """Loop devices the kernel still has over files under `workdir` (deleted ones included)
         or over devices made from them."""
         roots = {
-            dev
-            for dev, backing in _kernel_loops().items()
-            if Path(backing).is_relative_to(workdir)
+            dev for dev, backing in _kernel_loops().items() if Path(backing).is_relative_to(workdir)
         }
         return sorted(roots | set(_loops_backed_by(roots)))
 
