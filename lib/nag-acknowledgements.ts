@@ -8,7 +8,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { IConstruct } from 'constructs';
 
 /**
- * Every cdk-nag (AwsSolutions) finding this stack accepts, each with its reason; docs/deploy.md lists
+ * Every cdk-nag (AwsSolutions) finding this stack accepts, each with its reason; README.md ("cdk-nag acknowledgements") lists
  * them for reviewers. Acknowledgements name the exact finding where cdk-nag gives one, so a new wildcard
  * is reported instead of silently covered.
  */

@@ -1,6 +1,6 @@
 /**
  * Deploy-time settings, read from CDK context (`cdk.json` or `-c key=value`) and validated at synth so a
- * bad value fails before anything reaches CloudFormation. docs/deploy.md documents every key.
+ * bad value fails before anything reaches CloudFormation. README.md ("Settings") documents every key.
  */
 
 export type Architecture = 'x86_64' | 'arm64';
@@ -39,7 +39,7 @@ export interface Settings {
   readonly logRetentionDays: number;
 }
 
-/** Nitro (NVMe device names, EBS-optimized), not burstable, cheap on Spot; docs/deploy.md says why. */
+/** Nitro (NVMe device names, EBS-optimized), not burstable, cheap on Spot; README.md ("Settings") says why. */
 export const DEFAULT_INSTANCE_TYPES: Record<Architecture, string[]> = {
   x86_64: ['m7i.large', 'm6i.large', 'c6i.large', 'm5.large', 'c5.large'],
   arm64: ['m7g.large', 'm6g.large', 'c7g.large', 'c6g.large', 'r6g.large'],
