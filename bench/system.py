@@ -65,11 +65,36 @@ class IoCounters:
         )
 
 
+def serves(device: str, backing: Path, offset: int) -> bool:
+    """Is `device` (still) the loop device over `backing` at `offset`?"""
+    sysdir = Path("/sys/block") / Path(device).name / "loop"
+    try:
+        attached = (sysdir / "backing_file").read_text().strip()
+        at = int((sysdir / "offset").read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return attached == str(backing.resolve()) and at == offset
+
+
+def fuse_daemons(mount_dir: Path) -> list[int]:
+    """Pids of ntfs-3g processes serving `mount_dir` (they outlive umount for a moment)."""
+    pids = []
+    wanted = str(mount_dir.resolve()).encode()  # mount(8) passes the absolute path
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ntfs-3g" in args[0] and wanted in args:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
 class Resources:
     """Loop devices and mounts this bench set up, released in reverse order by close()."""
 
     def __init__(self) -> None:
-        self._loops: list[str] = []
+        self._loops: dict[str, tuple[Path, int]] = {}  # device -> (backing file, offset)
         self._mounts: list[Path] = []
 
     def attach(
@@ -83,21 +108,23 @@ class Resources:
         device = run([*cmd, str(backing)]).strip()
         if not device.startswith("/dev/loop"):
             raise BenchError(f"losetup printed {device!r} instead of a loop device for {backing}")
-        self._loops.append(device)
+        self._loops[device] = (backing, offset)
         return device
 
     def detach(self, device: str) -> None:
         if device not in self._loops:
             raise BenchError(f"refusing to detach {device}: this bench did not attach it")
-        # udev or a just-finished umount can hold the device for a moment.
-        for attempt in range(10):
-            proc = subprocess.run(["losetup", "--detach", device], capture_output=True, text=True)
-            if proc.returncode == 0:
-                break
-            if attempt == 9:
-                raise BenchError(f"could not detach {device}: {proc.stderr.strip()}")
-            time.sleep(0.5)
-        self._loops.remove(device)
+        backing, offset = self._loops[device]
+        # A device that is still open elsewhere (udev, a daemon that outlives umount) is only
+        # marked for auto-clear, so wait until it no longer serves our file. Never retry
+        # blindly: once freed, the same name may already be another user's new device.
+        for attempt in range(20):
+            subprocess.run(["losetup", "--detach", device], capture_output=True, check=False)
+            if not serves(device, backing, offset):
+                del self._loops[device]
+                return
+            time.sleep(0.1 * (attempt + 1))
+        raise BenchError(f"{device} still serves {backing}: detach it with losetup -d {device}")
 
     def mount(self, device: str, target: Path, fs: str, options: Sequence[str] = ()) -> Path:
         target.mkdir(parents=True, exist_ok=True)
@@ -108,6 +135,7 @@ class Resources:
         return target
 
     def umount(self, target: Path) -> None:
+        daemons = fuse_daemons(target)
         for attempt in range(10):
             proc = subprocess.run(["umount", str(target)], capture_output=True, text=True)
             if proc.returncode == 0:
@@ -116,6 +144,12 @@ class Resources:
                 raise BenchError(f"could not unmount {target}: {proc.stderr.strip()}")
             time.sleep(0.5)
         self._mounts.remove(target)
+        # ntfs-3g finishes writing and closes the device after umount returns.
+        for _ in range(100):
+            if not any(Path(f"/proc/{pid}").exists() for pid in daemons):
+                return
+            time.sleep(0.1)
+        raise BenchError(f"ntfs-3g for {target} did not exit within 10 s of umount")
 
     def close(self) -> list[str]:
         """Release everything still held; return one message per thing that would not go."""
@@ -125,8 +159,9 @@ class Resources:
                 self.umount(target)
             except BenchError as err:
                 problems.append(str(err))
-                subprocess.run(["umount", "--lazy", str(target)], capture_output=True)
-                self._mounts.remove(target)
+                if target in self._mounts:
+                    subprocess.run(["umount", "--lazy", str(target)], capture_output=True)
+                    self._mounts.remove(target)
         for device in reversed(list(self._loops)):
             try:
                 self.detach(device)

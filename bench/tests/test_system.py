@@ -1,9 +1,11 @@
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.system import BenchError, IoCounters, Resources
+from bench.system import BenchError, IoCounters, Resources, fuse_daemons, serves
 from bench.throttle import BLKIO, throttled_reads
 
 needs_root_and_blkio = pytest.mark.skipif(
@@ -45,5 +47,45 @@ def test_throttle_caps_the_device_inside_and_cleans_up_after(tmp_path: Path) -> 
             assert f"{os.major(rdev)}:{os.minor(rdev)} 100" in iops
         assert not group.exists()
         assert "ebs-bench" not in Path("/proc/self/cgroup").read_text()
+    finally:
+        assert res.close() == []
+
+
+def test_fuse_daemons_finds_the_ntfs3g_process_of_a_mount_point(tmp_path: Path) -> None:
+    mount_dir = tmp_path / "mnt"
+    mount_dir.mkdir()
+    # a shell named like the daemon, with the mount point among its arguments (as $0)
+    fake = subprocess.Popen(
+        ["/sbin/mount.ntfs-3g", "-c", "sleep 60; :", str(mount_dir)], executable="/bin/sh"
+    )
+    cmdline = Path(f"/proc/{fake.pid}/cmdline")
+    try:
+        # Popen returns mid-exec; the new argument list shows up a moment later.
+        for _ in range(200):
+            if cmdline.read_bytes():
+                break
+            time.sleep(0.01)
+        assert fuse_daemons(mount_dir) == [fake.pid]
+        assert fuse_daemons(tmp_path) == []
+    finally:
+        fake.kill()
+        fake.wait()
+    assert fuse_daemons(mount_dir) == []
+
+
+@needs_root_and_blkio
+def test_detach_stops_once_the_device_no_longer_serves_our_file(tmp_path: Path) -> None:
+    backing = tmp_path / "disk.img"
+    backing.write_bytes(bytes(1 << 20))
+    res = Resources()
+    device = res.attach(backing, offset=4096)
+    try:
+        assert serves(device, backing, 4096)
+        assert not serves(device, backing, 0)
+        assert not serves(device, tmp_path / "other.img", 4096)
+        res.detach(device)
+        assert not serves(device, backing, 4096)
+        with pytest.raises(BenchError, match="did not attach"):
+            res.detach(device)  # gone from our list: a second detach could hit someone else's
     finally:
         assert res.close() == []
