@@ -31,7 +31,7 @@ lint: setup lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup
 	@failed=""; \
-	for t in lint test-lambdas test-cdk test-dataplane test-twin; do \
+	for t in lint test-lambdas test-cdk test-dataplane test-bench test-twin; do \
 	  echo "==> make $$t"; \
 	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; \
 	done; \
