@@ -1,13 +1,15 @@
 # Targets of the dataplane area: the sparsecopy program (ssm-documents/sparsecopy) and its tests.
 # The program runs on Amazon Linux 2023's python3 (3.9): ruff checks it with target py39
-# (pyproject.toml); mypy 2.x cannot target 3.9 any more, so it checks it as 3.10 and a test parses
-# every module with the 3.9 grammar (test/dataplane/test_units.py).
+# (pyproject.toml); mypy 2.x cannot target 3.9 any more, so it checks it as 3.10, vermin checks that
+# no standard-library name newer than 3.9 is used, and a test parses every module with the 3.9
+# grammar (test/dataplane/test_units.py).
 .PHONY: lint-dataplane test-dataplane
 DATAPLANE_PATHS := ssm-documents/sparsecopy test/dataplane
 lint-dataplane: setup
 	$(VENV)/bin/ruff check $(DATAPLANE_PATHS)
 	$(VENV)/bin/ruff format --check $(DATAPLANE_PATHS)
 	$(VENV)/bin/mypy --python-version 3.10 --strict ssm-documents/sparsecopy
+	$(VENV)/bin/vermin --no-tips --violations -t=3.9- --eval-annotations ssm-documents/sparsecopy
 	MYPYPATH=ssm-documents $(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports \
 	  --check-untyped-defs test/dataplane
 # Real filesystems on loop devices: needs root (as in CI).
