@@ -16,6 +16,9 @@ GP3_MAX_IOPS = 80_000
 GP3_MIN_THROUGHPUT = 125
 GP3_MAX_THROUGHPUT = 2_000
 GP3_MIB_PER_IOPS = 0.25
+# gp3 also allows at most 500 IOPS per GiB of volume size (EBS User Guide, "General Purpose SSD
+# volumes"; not in the botocore model): a small volume cannot take the configured IOPS
+GP3_MAX_IOPS_PER_GIB = 500
 GP3_MAX_SIZE_GIB = 65_536
 VOLUME_INITIALIZATION_RATE_MIN = 100
 VOLUME_INITIALIZATION_RATE_MAX = 300

@@ -107,6 +107,38 @@ def test_target_is_encrypted_like_the_plan_says(world: World) -> None:
     assert "Encrypted" not in calls[0]["BlockDeviceMappings"][0]["Ebs"]
 
 
+@pytest.mark.parametrize(
+    ("size_gib", "iops", "throughput"),
+    [(30, 6000, 500), (8, 4000, 500), (5, 3000, 500), (1, 3000, 500)],
+)
+def test_gp3_iops_are_capped_at_500_per_gib(
+    world: World, size_gib: int, iops: int, throughput: int
+) -> None:
+    """gp3 allows at most 500 IOPS per GiB: 6,000 IOPS on an 8 GiB volume fails RunInstances."""
+    plan = plan_for(world, snapshotId=world.snapshot(size=size_gib))
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    for mapping in calls[0]["BlockDeviceMappings"]:
+        ebs = mapping["Ebs"]
+        assert (ebs["Iops"], ebs["Throughput"]) == (iops, throughput)
+        assert ebs["Iops"] <= max(3000, 500 * size_gib)
+        assert ebs["Throughput"] <= ebs["Iops"] * 0.25
+
+
+def test_gp3_throughput_follows_the_capped_iops(world: World, monkeypatch: Any) -> None:
+    monkeypatch.setenv("SOURCE_VOLUME_IOPS", "16000")
+    monkeypatch.setenv("SOURCE_VOLUME_THROUGHPUT", "1000")
+    plan = plan_for(world, snapshotId=world.snapshot(size=1))
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    assert [
+        (m["Ebs"]["Iops"], m["Ebs"]["Throughput"]) for m in calls[0]["BlockDeviceMappings"]
+    ] == [
+        (3000, 750),
+        (3000, 750),
+    ]
+
+
 def test_multi_volume_plan_attaches_pairs_in_order(world: World) -> None:
     plan = plan_for(world)
     second = dict(plan["volumes"][0], index=1, sourceSnapshotId=world.snapshot(size=5), sizeGiB=5)

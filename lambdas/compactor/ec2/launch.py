@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from compactor import aws, tags
-from compactor.config import Config
+from compactor.config import (
+    GP3_MAX_IOPS_PER_GIB,
+    GP3_MIB_PER_IOPS,
+    GP3_MIN_IOPS,
+    Config,
+)
 from compactor.errors import NoCapacity, NoSpotCapacity
 from compactor.models import FailedPool, InstanceResult, Market, Plan
 from compactor.observability import logger, metrics
@@ -187,11 +192,12 @@ def block_device_mappings(
 ) -> list[BlockDeviceMappingTypeDef]:
     mappings: list[BlockDeviceMappingTypeDef] = []
     for volume in plan["volumes"]:
+        iops, throughput = gp3_performance(volume["sizeGiB"], config)
         source: EbsBlockDeviceTypeDef = {
             "SnapshotId": volume["sourceSnapshotId"],
             "VolumeType": "gp3",
-            "Iops": config.source_volume_iops,
-            "Throughput": config.source_volume_throughput,
+            "Iops": iops,
+            "Throughput": throughput,
             "DeleteOnTermination": True,
         }
         if rate is not None:
@@ -200,8 +206,8 @@ def block_device_mappings(
         target: EbsBlockDeviceTypeDef = {
             "VolumeSize": volume["sizeGiB"],
             "VolumeType": "gp3",
-            "Iops": config.source_volume_iops,
-            "Throughput": config.source_volume_throughput,
+            "Iops": iops,
+            "Throughput": throughput,
             "DeleteOnTermination": True,
         }
         if volume["encrypted"]:
@@ -211,6 +217,15 @@ def block_device_mappings(
         mappings.append({"DeviceName": source_device(volume["index"]), "Ebs": source})
         mappings.append({"DeviceName": target_device(volume["index"]), "Ebs": target})
     return mappings
+
+
+def gp3_performance(size_gib: int, config: Config) -> tuple[int, int]:
+    """The configured gp3 IOPS and throughput, lowered to what a volume of this size may have:
+    at most 500 IOPS per GiB (never below the 3,000 baseline) and 0.25 MiB/s per IOPS.
+    RunInstances rejects the whole launch otherwise (e.g. 16,000 IOPS on an 8 GiB volume)."""
+    iops = max(GP3_MIN_IOPS, min(config.source_volume_iops, size_gib * GP3_MAX_IOPS_PER_GIB))
+    throughput = min(config.source_volume_throughput, int(iops * GP3_MIB_PER_IOPS))
+    return iops, throughput
 
 
 def _client_token(execution: str, launch_attempt: int, pool: Pool, rate: int | None) -> str:
