@@ -162,6 +162,21 @@ export class TaskRole extends Construct {
         resources: [props.instanceRole.roleArn],
         conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
       }),
+      // An account's first Spot launch creates EC2's Spot service-linked role; without this RunInstances fails
+      // with AuthFailure.ServiceLinkedRoleCreationNotPermitted instead of launching (or falling back).
+      new iam.PolicyStatement({
+        sid: 'CreateTheSpotServiceLinkedRole',
+        actions: ['iam:CreateServiceLinkedRole'],
+        resources: [
+          stack.formatArn({
+            service: 'iam',
+            region: '',
+            resource: 'role',
+            resourceName: 'aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot',
+          }),
+        ],
+        conditions: { StringEquals: { 'iam:AWSServiceName': 'spot.amazonaws.com' } },
+      }),
       new iam.PolicyStatement({
         sid: 'SendTheCompactionDocument',
         actions: ['ssm:SendCommand'],

@@ -146,6 +146,16 @@ describe('default stack', () => {
     expect(passRole[0].Condition).toEqual({ StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } });
   });
 
+  test('iam:CreateServiceLinkedRole only for the EC2 Spot role (first Spot launch of an account)', () => {
+    const create = statementsWith(taskStatements, 'iam:CreateServiceLinkedRole');
+    expect(create).toHaveLength(1);
+    expect(actionsOf(create[0])).toEqual(['iam:CreateServiceLinkedRole']);
+    expect(JSON.stringify(create[0].Resource)).toMatch(
+      /:iam::",\{"Ref":"AWS::AccountId"\},":role\/aws-service-role\/spot\.amazonaws\.com\/AWSServiceRoleForEC2Spot"/,
+    );
+    expect(create[0].Condition).toEqual({ StringEquals: { 'iam:AWSServiceName': 'spot.amazonaws.com' } });
+  });
+
   test('ssm:SendCommand only with the stack document and on instances tagged with the stack', () => {
     const send = statementsWith(taskStatements, 'ssm:SendCommand');
     expect(send).toHaveLength(2);
