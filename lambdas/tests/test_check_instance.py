@@ -7,7 +7,7 @@ from compactor import aws, errors
 from compactor.handlers import check_instance
 
 from tests.conftest import EXECUTION, STACK, World, plan_and_launch, ssm_ping
-from tests.support import amend
+from tests.support import amend, respond
 
 
 def check(world: World, plan: dict[str, Any], instance: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +39,27 @@ def test_running_and_online_is_ready_with_its_volume_pairs(world: World) -> None
         ],
     }
     assert calls[0]["Filters"] == [{"Key": "InstanceIds", "Values": [instance["instanceId"]]}]
+
+
+def test_ping_status_found_on_a_later_page(world: World) -> None:
+    """SSM filters page by page: an empty first page with a NextToken is not "not managed"."""
+    plan, instance = plan_and_launch(world, {"snapshotId": world.snapshot()})
+    calls = respond(
+        aws.ssm(),
+        "DescribeInstanceInformation",
+        lambda params: (
+            {
+                "InstanceInformationList": [
+                    {"InstanceId": instance["instanceId"], "PingStatus": "Online"}
+                ]
+            }
+            if params.get("NextToken") == "page-2"
+            else {"InstanceInformationList": [], "NextToken": "page-2"}
+        ),
+    )
+    result = check(world, plan, instance)
+    assert (result["ready"], result["pingStatus"]) == (True, "Online")
+    assert len(calls) == 2
 
 
 def test_volumes_are_tagged_as_the_transfer_instance_s(world: World) -> None:

@@ -77,7 +77,15 @@ def _job_volumes(plan: Plan, attached: dict[str, str]) -> list[AttachedVolume] |
 
 
 def ssm_ping_status(instance_id: str) -> str | None:
-    found = aws.ssm().describe_instance_information(
-        Filters=[{"Key": "InstanceIds", "Values": [instance_id]}]
-    )["InstanceInformationList"]
-    return found[0].get("PingStatus") if found else None
+    # SSM applies Filters page by page: a page may be empty and still carry a NextToken, so an
+    # account with many managed nodes can list the instance only on a later page
+    pages = (
+        aws.ssm()
+        .get_paginator("describe_instance_information")
+        .paginate(Filters=[{"Key": "InstanceIds", "Values": [instance_id]}])
+    )
+    for page in pages:
+        for info in page.get("InstanceInformationList", []):
+            if info.get("InstanceId", instance_id) == instance_id:
+                return info.get("PingStatus")
+    return None
