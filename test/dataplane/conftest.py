@@ -18,6 +18,8 @@ REPO = HERE.parents[1]
 PROGRAM = REPO / "ssm-documents" / "sparsecopy"
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "ssm-documents"))
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # images.py counts chunks with bench/chunks.py
 
 import images  # noqa: E402
 

@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from bench import chunks as chunk_map
+
 MIB = 1024 * 1024
-CHUNK = 512 * 1024  # EBS snapshot block size
+CHUNK = chunk_map.CHUNK  # EBS snapshot block size, 512 KiB
 SECTOR = 512
 
 
@@ -692,28 +694,14 @@ def seed_method_image(disk: DiskImage, dest: Path) -> Path:
     return dest
 
 
-def data_chunks(path: Path, chunk: int = CHUNK) -> set[int]:
-    """Indexes of ``chunk``-sized aligned chunks of a sparse file that hold allocated data.
+def data_chunks(path: Path) -> set[int]:
+    """Indexes of the 512 KiB aligned chunks of a sparse file that hold allocated data.
 
     This is how tests count "written 512 KiB chunks" of a target: writing zeros allocates, as on
-    EBS, so every chunk the program wrote shows up here.
+    EBS, so every chunk the program wrote shows up here. The SEEK_DATA/SEEK_HOLE walk is
+    bench/chunks.py's, which the twin and the benchmark use too.
     """
-    chunks: set[int] = set()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = os.fstat(fd).st_size
-        pos = 0
-        while pos < end:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after pos
-                break
-            stop = os.lseek(fd, start, os.SEEK_HOLE)
-            chunks.update(range(start // chunk, (stop - 1) // chunk + 1))
-            pos = stop
-    finally:
-        os.close(fd)
-    return chunks
+    return chunk_map.written_chunks(path)
 
 
 def written_chunks(path: Path) -> int:
@@ -721,14 +709,14 @@ def written_chunks(path: Path) -> int:
     return len(data_chunks(path))
 
 
-def nonzero_chunks(path: Path, chunk: int = CHUNK) -> set[int]:
+def nonzero_chunks(path: Path) -> set[int]:
     """Chunks of a file that hold at least one non-zero byte (reads the data regions only)."""
     found = set()
-    zero = bytes(chunk)
+    zero = bytes(CHUNK)
     with open(path, "rb") as f:
-        for index in sorted(data_chunks(path, chunk)):
-            f.seek(index * chunk)
-            block = f.read(chunk)
+        for index in sorted(data_chunks(path)):
+            f.seek(index * CHUNK)
+            block = f.read(CHUNK)
             if block != zero[: len(block)]:
                 found.add(index)
     return found

@@ -15,35 +15,25 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-EBS_BLOCK = 512 * 1024
+from bench.chunks import CHUNK, data_extents
+from bench.chunks import written_chunks as written_chunks  # the twin's name for it
+
+EBS_BLOCK = CHUNK  # 512 KiB
 _COPY_PIECE = 8 * 1024 * 1024
 
 
-def data_extents(path: Path) -> Iterator[tuple[int, int]]:
-    """Yield (offset, length) of every allocated extent of a file."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        offset = 0
-        while offset < size:
-            try:
-                start = os.lseek(fd, offset, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after offset
-                return
-            end = os.lseek(fd, start, os.SEEK_HOLE)
-            yield start, end - start
-            offset = end
-    finally:
-        os.close(fd)
-
-
-def written_chunks(path: Path, chunk: int = EBS_BLOCK) -> set[int]:
-    """Indexes of the chunk-aligned blocks that hold any allocated byte."""
-    chunks: set[int] = set()
-    for start, length in data_extents(path):
-        chunks.update(range(start // chunk, (start + length - 1) // chunk + 1))
-    return chunks
+def _extent_pieces(f: BinaryIO, start: int, length: int) -> Iterator[bytes]:
+    """The bytes of [start, start + length) of an open file, at most _COPY_PIECE at a time."""
+    f.seek(start)
+    remaining = length
+    while remaining:
+        piece = f.read(min(_COPY_PIECE, remaining))
+        if not piece:
+            break
+        yield piece
+        remaining -= len(piece)
 
 
 def sparse_copy(source: Path, target: Path) -> None:
@@ -52,15 +42,9 @@ def sparse_copy(source: Path, target: Path) -> None:
     with open(source, "rb") as src, open(target, "wb") as dst:
         dst.truncate(size)
         for start, length in data_extents(source):
-            src.seek(start)
             dst.seek(start)
-            remaining = length
-            while remaining:
-                piece = src.read(min(_COPY_PIECE, remaining))
-                if not piece:
-                    break
+            for piece in _extent_pieces(src, start, length):
                 dst.write(piece)
-                remaining -= len(piece)
         dst.flush()
         os.fsync(dst.fileno())
 
@@ -77,14 +61,8 @@ def fingerprint(path: Path) -> str:
         digest.update(f"{start}:{length};".encode())
     with open(path, "rb") as f:
         for start, length in data_extents(path):
-            f.seek(start)
-            remaining = length
-            while remaining:
-                piece = f.read(min(_COPY_PIECE, remaining))
-                if not piece:
-                    break
+            for piece in _extent_pieces(f, start, length):
                 digest.update(piece)
-                remaining -= len(piece)
     return digest.hexdigest()
 
 
