@@ -96,6 +96,22 @@ def _launch(emu: Emulator, snapshot_id: str, **extra: Any) -> tuple[str, dict[st
     return instance["InstanceId"], volumes
 
 
+def _create_document(ssm: Any, document: dict[str, Any] = DOCUMENT) -> None:
+    ssm.create_document(
+        Content=json.dumps(document),
+        Name="twin-test-doc",
+        DocumentType="Command",
+        DocumentFormat="JSON",
+    )
+
+
+def _send(ssm: Any, instance_id: str, **parameters: list[str]) -> str:
+    """Send the document created by _create_document; returns the command id."""
+    return ssm.send_command(
+        DocumentName="twin-test-doc", InstanceIds=[instance_id], Parameters=parameters
+    )["Command"]["CommandId"]
+
+
 def _wait_invocation(ssm: Any, command_id: str, instance_id: str) -> dict[str, Any]:
     seen = []
     for _ in range(200):
@@ -130,18 +146,9 @@ def test_snapshot_restores_into_a_volume_the_command_reads(emulator: Emulator, t
     )["InstanceInformationList"]
     assert [(i["InstanceId"], i["PingStatus"]) for i in info] == [(instance_id, "Online")]
 
-    ssm.create_document(
-        Content=json.dumps(DOCUMENT),
-        Name="twin-test-doc",
-        DocumentType="Command",
-        DocumentFormat="JSON",
-    )
-    command = ssm.send_command(
-        DocumentName="twin-test-doc",
-        InstanceIds=[instance_id],
-        Parameters={"SourceVolumeIds": [volumes["/dev/sdf"]]},
-    )["Command"]
-    inv = _wait_invocation(ssm, command["CommandId"], instance_id)
+    _create_document(ssm)
+    command_id = _send(ssm, instance_id, SourceVolumeIds=[volumes["/dev/sdf"]])
+    inv = _wait_invocation(ssm, command_id, instance_id)
     assert inv["seen"][0] == "InvocationDoesNotExist"
     assert "InProgress" in inv["seen"]
     assert inv["Status"] == "Success", inv["StandardErrorContent"]
@@ -163,18 +170,9 @@ def test_snapshot_restores_into_a_volume_the_command_reads(emulator: Emulator, t
 
 def test_bad_parameter_is_refused_like_ssm(emulator: Emulator, tmp_path: Path) -> None:
     ssm = emulator.boto3_client("ssm")
-    ssm.create_document(
-        Content=json.dumps(DOCUMENT),
-        Name="twin-test-doc",
-        DocumentType="Command",
-        DocumentFormat="JSON",
-    )
+    _create_document(ssm)
     with pytest.raises(ClientError) as caught:
-        ssm.send_command(
-            DocumentName="twin-test-doc",
-            InstanceIds=["i-123"],
-            Parameters={"SourceVolumeIds": ["not-a-volume"]},
-        )
+        _send(ssm, "i-123", SourceVolumeIds=["not-a-volume"])
     assert caught.value.response["Error"]["Code"] == "InvalidParameters"
 
 
@@ -182,18 +180,9 @@ def test_failed_command_reports_exit_code_and_output(emulator: Emulator, tmp_pat
     snap = emulator.register_snapshot(_image(tmp_path / "disk.img"))
     instance_id, volumes = _launch(emulator, snap)
     ssm = emulator.boto3_client("ssm")
-    ssm.create_document(
-        Content=json.dumps(DOCUMENT),
-        Name="twin-test-doc",
-        DocumentType="Command",
-        DocumentFormat="JSON",
-    )
-    command = ssm.send_command(
-        DocumentName="twin-test-doc",
-        InstanceIds=[instance_id],
-        Parameters={"SourceVolumeIds": [volumes["/dev/sdf"]], "Mode": ["fail"]},
-    )["Command"]
-    inv = _wait_invocation(ssm, command["CommandId"], instance_id)
+    _create_document(ssm)
+    command_id = _send(ssm, instance_id, SourceVolumeIds=[volumes["/dev/sdf"]], Mode=["fail"])
+    inv = _wait_invocation(ssm, command_id, instance_id)
     assert (inv["Status"], inv["ResponseCode"]) == ("Failed", 3)
     assert json.loads(inv["StandardOutputContent"]) == {"error": "told to fail"}
 
@@ -248,17 +237,8 @@ def test_instance_lost_fault_terminates_the_first_instance_mid_command(
         ssm, ec2 = emu.boto3_client("ssm"), emu.boto3_client("ec2")
         doc = json.loads(json.dumps(DOCUMENT))
         doc["mainSteps"][0]["inputs"]["runCommand"].insert(0, "sleep 5")
-        ssm.create_document(
-            Content=json.dumps(doc),
-            Name="twin-test-doc",
-            DocumentType="Command",
-            DocumentFormat="JSON",
-        )
-        command = ssm.send_command(
-            DocumentName="twin-test-doc",
-            InstanceIds=[instance_id],
-            Parameters={"SourceVolumeIds": [volumes["/dev/sdf"]]},
-        )["Command"]
+        _create_document(ssm, doc)
+        command_id = _send(ssm, instance_id, SourceVolumeIds=[volumes["/dev/sdf"]])
         for _ in range(100):
             state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0][
                 "Instances"
@@ -268,11 +248,11 @@ def test_instance_lost_fault_terminates_the_first_instance_mid_command(
             time.sleep(0.05)
         assert state == "terminated"
         with pytest.raises(ClientError):  # InvocationDoesNotExist on the first poll, as always
-            ssm.get_command_invocation(CommandId=command["CommandId"], InstanceId=instance_id)
+            ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
         # The agent died with the instance: the invocation never reports an end.
-        inv = ssm.get_command_invocation(CommandId=command["CommandId"], InstanceId=instance_id)
+        inv = ssm.get_command_invocation(CommandId=command_id, InstanceId=instance_id)
         assert inv["Status"] == "InProgress"
-        run = emu.state.runs[(command["CommandId"], instance_id)]
+        run = emu.state.runs[(command_id, instance_id)]
         assert run.process is not None and run.process.poll() is not None  # killed
         assert emu.state.loops.attached == {}
         assert emu.state.volume_files == {}
