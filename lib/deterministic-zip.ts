@@ -21,6 +21,31 @@ const UTF8_NAMES = 1 << 11;
 const EXTERNAL_ATTRIBUTES = (0o100644 << 16) >>> 0;
 const MADE_BY_UNIX = (3 << 8) | VERSION;
 
+interface EntryFields {
+  readonly crc: number;
+  readonly compressedSize: number;
+  readonly size: number;
+  readonly nameLength: number;
+}
+
+/**
+ * The 26 bytes that a local header (from offset 4) and a central-directory header (from offset 6)
+ * both carry, in the same order: version needed, flags, method, time, date, CRC-32, sizes, name
+ * length and extra field length (0).
+ */
+function writeEntryFields(header: Buffer, at: number, fields: EntryFields): void {
+  header.writeUInt16LE(VERSION, at);
+  header.writeUInt16LE(UTF8_NAMES, at + 2);
+  header.writeUInt16LE(DEFLATE, at + 4);
+  header.writeUInt16LE(DOS_TIME, at + 6);
+  header.writeUInt16LE(DOS_DATE, at + 8);
+  header.writeUInt32LE(fields.crc, at + 10);
+  header.writeUInt32LE(fields.compressedSize, at + 14);
+  header.writeUInt32LE(fields.size, at + 18);
+  header.writeUInt16LE(fields.nameLength, at + 22);
+  header.writeUInt16LE(0, at + 24); // extra field length
+}
+
 export function deterministicZip(entries: readonly ZipEntry[]): Buffer {
   const sorted = [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const names = new Set<string>();
@@ -34,33 +59,22 @@ export function deterministicZip(entries: readonly ZipEntry[]): Buffer {
     const compressed = zlib.deflateRawSync(entry.data, { level: 9 });
     const crc = zlib.crc32(entry.data);
 
+    const fields: EntryFields = {
+      crc,
+      compressedSize: compressed.length,
+      size: entry.data.length,
+      nameLength: name.length,
+    };
+
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
-    local.writeUInt16LE(VERSION, 4);
-    local.writeUInt16LE(UTF8_NAMES, 6);
-    local.writeUInt16LE(DEFLATE, 8);
-    local.writeUInt16LE(DOS_TIME, 10);
-    local.writeUInt16LE(DOS_DATE, 12);
-    local.writeUInt32LE(crc, 14);
-    local.writeUInt32LE(compressed.length, 18);
-    local.writeUInt32LE(entry.data.length, 22);
-    local.writeUInt16LE(name.length, 26);
-    local.writeUInt16LE(0, 28);
+    writeEntryFields(local, 4, fields);
     localParts.push(local, name, compressed);
 
     const central = Buffer.alloc(46);
     central.writeUInt32LE(0x02014b50, 0);
     central.writeUInt16LE(MADE_BY_UNIX, 4);
-    central.writeUInt16LE(VERSION, 6);
-    central.writeUInt16LE(UTF8_NAMES, 8);
-    central.writeUInt16LE(DEFLATE, 10);
-    central.writeUInt16LE(DOS_TIME, 12);
-    central.writeUInt16LE(DOS_DATE, 14);
-    central.writeUInt32LE(crc, 16);
-    central.writeUInt32LE(compressed.length, 20);
-    central.writeUInt32LE(entry.data.length, 24);
-    central.writeUInt16LE(name.length, 28);
-    central.writeUInt16LE(0, 30); // extra field length
+    writeEntryFields(central, 6, fields);
     central.writeUInt16LE(0, 32); // comment length
     central.writeUInt16LE(0, 34); // disk number
     central.writeUInt16LE(0, 36); // internal attributes
