@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from compactor import aws
-from compactor.errors import FastSnapshotRestoreLimitExceeded
+from compactor.errors import FastSnapshotRestoreLimitExceeded, InvalidInput
 from compactor.models import FastSnapshotRestoreState
 
 REGION_LIMIT = 5
+# EBS enables fast snapshot restore only on snapshots of at most 16 TiB (EBS User Guide, "Amazon EBS
+# fast snapshot restore", Considerations)
+MAX_SNAPSHOT_GIB = 16_384
 _ACTIVE_STATES = ["enabling", "optimizing", "enabled"]
 
 
@@ -21,6 +24,18 @@ def active_snapshot_ids() -> set[str]:
             if "SnapshotId" in item:
                 snapshot_ids.add(item["SnapshotId"])
     return snapshot_ids
+
+
+def check_sizes(sizes_gib: dict[str, int]) -> None:
+    too_large = {
+        snapshot_id: size for snapshot_id, size in sizes_gib.items() if size > MAX_SNAPSHOT_GIB
+    }
+    if too_large:
+        listed = ", ".join(f"{snapshot_id} ({size} GiB)" for snapshot_id, size in too_large.items())
+        raise InvalidInput(
+            f"fastSnapshotRestoreAzs: fast snapshot restore works only on snapshots of at most "
+            f"{MAX_SNAPSHOT_GIB} GiB, and {listed} is larger: drop fastSnapshotRestoreAzs"
+        )
 
 
 def check_limit(requested: int) -> None:

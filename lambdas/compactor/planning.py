@@ -60,6 +60,8 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         for index, ((device, _), source_snapshot) in enumerate(zip(mappings, sources, strict=True))
     ]
     if request.fast_snapshot_restore_azs:
+        # the new snapshots have the sizes of the source volumes
+        fast_snapshot_restore.check_sizes({v["sourceSnapshotId"]: v["sizeGiB"] for v in volumes})
         fast_snapshot_restore.check_limit(len(volumes))
     return {
         "executionName": execution_name,

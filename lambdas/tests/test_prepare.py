@@ -267,6 +267,23 @@ def test_fast_snapshot_restore_over_the_limit(world: World) -> None:
         run(world, {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"]})
 
 
+def test_fast_snapshot_restore_refused_over_16_tib(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EBS enables FSR only on snapshots of at most 16 TiB: refuse before hours of copying."""
+    monkeypatch.setenv("MAX_VOLUME_GIB", "65536")
+    active_restores(0)
+    snapshot_id = world.snapshot(size=16385)
+    with pytest.raises(
+        errors.InvalidInput, match=rf"at most 16384 GiB.*{snapshot_id} \(16385 GiB\)"
+    ):
+        run(world, {"snapshotId": snapshot_id, "fastSnapshotRestoreAzs": ["us-east-1a"]})
+    plan = run(
+        world, {"snapshotId": world.snapshot(size=16384), "fastSnapshotRestoreAzs": ["us-east-1a"]}
+    )
+    assert plan["volumes"][0]["sizeGiB"] == 16384
+
+
 def test_image_plan_captures_every_attribute(world: World) -> None:
     image = source_image(world, volume_count=2)
     serve_image(image)
