@@ -9,7 +9,7 @@ import { transferNetwork } from './network';
 import { Settings } from './settings';
 import { TaskFunctions } from './task-functions';
 import { TaskRole } from './task-role';
-import { TransferInstance } from './transfer-instance';
+import { ROOT_DEVICE_NAME, ROOT_VOLUME_GIB, TransferInstance } from './transfer-instance';
 import { Triggers } from './triggers';
 import { CompactionWorkflow } from './workflow';
 
@@ -70,6 +70,8 @@ export class CompactorStack extends Stack {
         EVENT_BUS_NAME: 'default',
         TRIGGER_TAG_KEY: settings.triggerTagKey,
         MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
+        ROOT_DEVICE_NAME,
+        ROOT_VOLUME_GIB: String(ROOT_VOLUME_GIB),
       },
     });
     taskRole.allowLogging(tasks.logGroupArns);

@@ -9,6 +9,16 @@ export const AL2023_AMI_PARAMETER: Record<Architecture, string> = {
   arm64: '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64',
 };
 
+/**
+ * The transfer instance's root volume as the launch template gives it. The `launch` task gets both
+ * values (env ROOT_DEVICE_NAME, ROOT_VOLUME_GIB) and maps the root device itself in RunInstances:
+ * encrypted whatever RunInstances does with the template's mappings, and for `method: trim` this
+ * size plus the largest source volume, since the data-plane program stages each partition in a
+ * scratch image under /var/tmp on the root filesystem (AL2023 grows it to the volume at boot).
+ */
+export const ROOT_DEVICE_NAME = '/dev/xvda';
+export const ROOT_VOLUME_GIB = 8;
+
 export interface TransferInstanceProps {
   readonly vpc: ec2.IVpc;
   readonly architecture: Architecture;
@@ -74,8 +84,8 @@ export class TransferInstance extends Construct {
       instanceInitiatedShutdownBehavior: ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
       blockDevices: [
         {
-          deviceName: '/dev/xvda',
-          volume: ec2.BlockDeviceVolume.ebs(8, {
+          deviceName: ROOT_DEVICE_NAME,
+          volume: ec2.BlockDeviceVolume.ebs(ROOT_VOLUME_GIB, {
             encrypted: true,
             volumeType: ec2.EbsDeviceVolumeType.GP3,
             deleteOnTermination: true,

@@ -26,6 +26,9 @@ VOLUME_INITIALIZATION_RATE_MAX = 300
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _LAUNCH_TEMPLATE_ID = re.compile(r"^lt-[0-9a-f]{8,17}$")
 _INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
+_ROOT_DEVICE_NAME = re.compile(r"^/dev/(sd|xvd)[a-z][0-9]*$")
+# the source and target volumes' device names (compactor/volumes.py): the root cannot be one
+_DATA_DEVICE_NAME = re.compile(r"^/dev/sd[f-y]$")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Config:
     event_bus_name: str
     trigger_tag_key: str
     max_launch_attempts: int
+    root_device_name: str
+    root_volume_gib: int
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -62,6 +67,13 @@ class Config:
                 f"VOLUME_INITIALIZATION_RATE={rate} is invalid: use 0 (off) or "
                 f"{VOLUME_INITIALIZATION_RATE_MIN}-{VOLUME_INITIALIZATION_RATE_MAX} MiB/s"
             )
+        root_device_name = env.matching("ROOT_DEVICE_NAME", _ROOT_DEVICE_NAME)
+        if _DATA_DEVICE_NAME.match(root_device_name):
+            raise ConfigError(
+                f"ROOT_DEVICE_NAME={root_device_name!r} is invalid: /dev/sdf-/dev/sdy are the "
+                "source and target volumes' device names; use the launch template's root device "
+                "(e.g. /dev/xvda)"
+            )
         return cls(
             stack_name=env.text("STACK_NAME"),
             subnet_ids=env.id_list("SUBNET_IDS", _SUBNET_ID),
@@ -77,6 +89,8 @@ class Config:
             event_bus_name=env.text("EVENT_BUS_NAME"),
             trigger_tag_key=env.text("TRIGGER_TAG_KEY"),
             max_launch_attempts=env.integer("MAX_LAUNCH_ATTEMPTS", 1, 10),
+            root_device_name=root_device_name,
+            root_volume_gib=env.integer("ROOT_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
         )
 
 

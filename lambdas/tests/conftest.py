@@ -154,6 +154,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": TRIGGER_TAG,
             "MAX_LAUNCH_ATTEMPTS": "3",
+            "ROOT_DEVICE_NAME": "/dev/xvda",
+            "ROOT_VOLUME_GIB": "8",
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)

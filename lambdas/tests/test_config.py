@@ -21,6 +21,8 @@ VALID = {
     "EVENT_BUS_NAME": "default",
     "TRIGGER_TAG_KEY": "compact",
     "MAX_LAUNCH_ATTEMPTS": "3",
+    "ROOT_DEVICE_NAME": "/dev/xvda",
+    "ROOT_VOLUME_GIB": "8",
 }
 
 
@@ -33,6 +35,7 @@ def test_reads_every_variable() -> None:
     assert (config.source_volume_iops, config.source_volume_throughput) == (3000, 750)
     assert config.max_volume_gib == 2048
     assert config.max_launch_attempts == 3
+    assert (config.root_device_name, config.root_volume_gib) == ("/dev/xvda", 8)
 
 
 def test_is_frozen() -> None:
@@ -65,11 +68,22 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("VOLUME_INITIALIZATION_RATE", "301", "0-300"),
         ("MAX_VOLUME_GIB", "65537", "1-65536"),
         ("MAX_LAUNCH_ATTEMPTS", "0", "1-10"),
+        ("ROOT_DEVICE_NAME", "xvda", "ROOT_DEVICE_NAME='xvda' is invalid"),
+        ("ROOT_DEVICE_NAME", "/dev/nvme0n1", "ROOT_DEVICE_NAME='/dev/nvme0n1' is invalid"),
+        ("ROOT_DEVICE_NAME", "/dev/sdf", "source and target volumes' device names"),
+        ("ROOT_VOLUME_GIB", "0", "1-65536"),
+        ("ROOT_VOLUME_GIB", "65537", "1-65536"),
+        ("ROOT_VOLUME_GIB", "8GiB", "not an integer"),
     ],
 )
 def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:
     with pytest.raises(ConfigError, match=complaint):
         Config.from_env({**VALID, name: value})
+
+
+@pytest.mark.parametrize("name", ["/dev/xvda", "/dev/sda1", "/dev/sda"])
+def test_root_device_names_of_ebs_amis_are_accepted(name: str) -> None:
+    assert Config.from_env({**VALID, "ROOT_DEVICE_NAME": name}).root_device_name == name
 
 
 def test_throughput_may_use_the_whole_ratio() -> None:

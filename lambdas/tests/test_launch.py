@@ -4,6 +4,8 @@ from typing import Any
 
 import pytest
 from compactor import aws, errors
+from compactor.config import Config
+from compactor.ec2 import launch as launch_module
 from compactor.handlers import launch, prepare
 
 from tests.conftest import EXECUTION, STACK, World
@@ -77,6 +79,15 @@ def test_spot_launch_in_the_first_pool(world: World) -> None:
                 "DeleteOnTermination": True,
             },
         },
+        {
+            "DeviceName": "/dev/xvda",
+            "Ebs": {
+                "VolumeSize": 8,
+                "VolumeType": "gp3",
+                "Encrypted": True,
+                "DeleteOnTermination": True,
+            },
+        },
     ]
     owned = [
         {"Key": "ebs-snapshot-compactor:stack", "Value": STACK},
@@ -118,7 +129,7 @@ def test_gp3_iops_are_capped_at_500_per_gib(
     plan = plan_for(world, snapshotId=world.snapshot(size=size_gib))
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
-    for mapping in calls[0]["BlockDeviceMappings"]:
+    for mapping in calls[0]["BlockDeviceMappings"][:2]:  # the root volume keeps gp3's baseline
         ebs = mapping["Ebs"]
         assert (ebs["Iops"], ebs["Throughput"]) == (iops, throughput)
         assert ebs["Iops"] <= max(3000, 500 * size_gib)
@@ -132,7 +143,7 @@ def test_gp3_throughput_follows_the_capped_iops(world: World, monkeypatch: Any) 
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
     assert [
-        (m["Ebs"]["Iops"], m["Ebs"]["Throughput"]) for m in calls[0]["BlockDeviceMappings"]
+        (m["Ebs"]["Iops"], m["Ebs"]["Throughput"]) for m in calls[0]["BlockDeviceMappings"][:2]
     ] == [
         (3000, 750),
         (3000, 750),
@@ -150,7 +161,68 @@ def test_multi_volume_plan_attaches_pairs_in_order(world: World) -> None:
         "/dev/sdp",
         "/dev/sdg",
         "/dev/sdq",
+        "/dev/xvda",
     ]
+
+
+def root_mapping(request: dict[str, Any]) -> dict[str, Any]:
+    (root,) = [m for m in request["BlockDeviceMappings"] if m["DeviceName"] == "/dev/xvda"]
+    return root["Ebs"]  # type: ignore[no-any-return]
+
+
+def test_allocated_gets_an_encrypted_root_of_the_template_size(world: World) -> None:
+    """Stated in RunInstances so the root stays encrypted even if the request's mappings
+    replace the launch template's rather than merge with them."""
+    plan = plan_for(world, method="allocated")
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    assert root_mapping(calls[0]) == {
+        "VolumeSize": 8,
+        "VolumeType": "gp3",
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
+
+
+def test_trim_gets_a_root_with_room_for_the_largest_volume(world: World) -> None:
+    """trim stages each partition in a scratch image under /var/tmp on the root filesystem;
+    volumes are copied one after the other, so the largest one bounds the scratch space."""
+    plan = plan_for(world, method="trim")
+    for index, size in ((1, 50), (2, 5)):
+        plan["volumes"].append(
+            dict(
+                plan["volumes"][0],
+                index=index,
+                sourceSnapshotId=world.snapshot(size=size),
+                sizeGiB=size,
+            )
+        )
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    assert root_mapping(calls[0]) == {
+        "VolumeSize": 8 + 50,
+        "VolumeType": "gp3",
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
+
+
+def test_trim_root_size_follows_the_environment(world: World, monkeypatch: Any) -> None:
+    monkeypatch.setenv("ROOT_DEVICE_NAME", "/dev/sda1")
+    monkeypatch.setenv("ROOT_VOLUME_GIB", "30")
+    plan = plan_for(world, method="trim")
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    (root,) = [m for m in calls[0]["BlockDeviceMappings"] if m["DeviceName"] == "/dev/sda1"]
+    assert root["Ebs"]["VolumeSize"] == 30 + 30
+    assert "/dev/xvda" not in {m["DeviceName"] for m in calls[0]["BlockDeviceMappings"]}
+
+
+def test_trim_root_size_stops_at_the_gp3_maximum(world: World) -> None:
+    plan = plan_for(world, method="trim")
+    plan["volumes"][0]["sizeGiB"] = 65_536
+    config = Config.from_env()
+    assert launch_module.root_volume(plan, config)["VolumeSize"] == 65_536
 
 
 def test_capacity_error_moves_to_the_next_pool(world: World) -> None:

@@ -62,6 +62,8 @@ describe('default stack', () => {
       EVENT_BUS_NAME: 'default',
       TRIGGER_TAG_KEY: 'compact',
       MAX_LAUNCH_ATTEMPTS: '3',
+      ROOT_DEVICE_NAME: '/dev/xvda',
+      ROOT_VOLUME_GIB: '8',
       POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
       POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
       LOG_LEVEL: 'INFO',
@@ -237,6 +239,18 @@ describe('default stack', () => {
     expect(data.KeyName).toBeUndefined();
     expect(data.UserData).toBeUndefined();
     expect(data.IamInstanceProfile).toBeDefined();
+  });
+
+  test('the task environment names the launch template root device and size (launch maps the root itself)', () => {
+    const [launchTemplate] = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
+    const [root] = launchTemplate.Properties.LaunchTemplateData.BlockDeviceMappings;
+    const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+    expect(functions.length).toBeGreaterThan(0);
+    for (const fn of functions) {
+      const variables = fn.Properties.Environment.Variables;
+      expect(variables.ROOT_DEVICE_NAME).toBe(root.DeviceName);
+      expect(variables.ROOT_VOLUME_GIB).toBe(String(root.Ebs.VolumeSize));
+    }
   });
 
   test('transfer instance security group: no inbound rule, only HTTPS out', () => {

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from compactor import aws, tags
 from compactor.config import (
     GP3_MAX_IOPS_PER_GIB,
+    GP3_MAX_SIZE_GIB,
     GP3_MIB_PER_IOPS,
     GP3_MIN_IOPS,
     Config,
@@ -216,7 +217,28 @@ def block_device_mappings(
                 target["KmsKeyId"] = volume["kmsKeyId"]
         mappings.append({"DeviceName": source_device(volume["index"]), "Ebs": source})
         mappings.append({"DeviceName": target_device(volume["index"]), "Ebs": target})
+    mappings.append({"DeviceName": config.root_device_name, "Ebs": root_volume(plan, config)})
     return mappings
+
+
+def root_volume(plan: Plan, config: Config) -> EbsBlockDeviceTypeDef:
+    """The root volume, stated here rather than left to the launch template: it must stay
+    encrypted whether RunInstances merges its mappings with the template's or replaces them, and
+    `trim` needs room on it. The data-plane program stages each partition of a `trim` job in a
+    sparse scratch image under /var/tmp, on the root filesystem, which may grow as large as the
+    partition; volumes are copied one after the other, so the largest source volume bounds it.
+    AL2023's cloud-init grows the root filesystem to the volume at boot."""
+    size = config.root_volume_gib
+    if plan["method"] == "trim":
+        largest = max((volume["sizeGiB"] for volume in plan["volumes"]), default=0)
+        size = min(size + largest, GP3_MAX_SIZE_GIB)
+    # no SnapshotId: the AMI's root snapshot; gp3's baseline IOPS and throughput
+    return {
+        "VolumeSize": size,
+        "VolumeType": "gp3",
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
 
 
 def gp3_performance(size_gib: int, config: Config) -> tuple[int, int]:
