@@ -53,5 +53,43 @@ def error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
+# Answers that mean "ask again later", not "this failed": botocore's standard retry mode already
+# retried them a few times, so a poll task reports "not done yet" and lets its bounded loop go on.
+THROTTLING_ERRORS = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "SlowDown",
+        "ProvisionedThroughputExceededException",
+        "EC2ThrottledException",
+        "BandwidthLimitExceeded",
+        "PriorRequestNotComplete",
+    }
+)
+SERVER_ERRORS = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+        "InternalServerException",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "Unavailable",
+    }
+)
+
+
+def is_transient(error: ClientError) -> bool:
+    """A throttling answer or a 5xx after botocore's own retries: worth another poll."""
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    code = error_code(error)
+    return code in THROTTLING_ERRORS or code in SERVER_ERRORS or status >= 500
+
+
 def error_message(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Message", "")) or str(error)
