@@ -4,7 +4,7 @@ and the Region before any client exists."""
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -39,13 +39,19 @@ def events() -> EventBridgeClient:
     return boto3.client("events", config=_BOTO_CONFIG)
 
 
+@cache
+def sfn() -> Any:
+    # typed Any: mypy-boto3-stepfunctions is not among the dev requirements
+    return boto3.client("stepfunctions", config=_BOTO_CONFIG)
+
+
 def region() -> str:
     return ec2().meta.region_name
 
 
 def reset_clients() -> None:
     """Forget the clients (tests change the endpoint or Region between cases)."""
-    for factory in (ec2, ssm, kms, events):
+    for factory in (ec2, ssm, kms, events, sfn):
         factory.cache_clear()
 
 

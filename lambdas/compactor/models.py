@@ -8,7 +8,11 @@ from typing import Any, Literal, NotRequired, TypedDict
 Method = Literal["allocated", "trim"]
 SourceKind = Literal["snapshot", "image"]
 Market = Literal["spot", "on-demand"]
-Outcome = Literal["success", "failure", "retry"]
+# teardown's outcome: what to delete (cleanup = failure, run by the cleanup state machine)
+Outcome = Literal["success", "failure", "retry", "cleanup"]
+# the report's outcome
+ReportOutcome = Literal["success", "succeeded-with-warnings", "failure"]
+
 
 
 class SourceRef(TypedDict):
@@ -125,6 +129,7 @@ class CompactionResult(TypedDict):
     done: bool
     status: str
     summary: dict[str, Any] | None
+    transientError: NotRequired[str]
 
 
 class SnapshotItem(TypedDict):
@@ -139,6 +144,8 @@ class SnapshotItem(TypedDict):
 class SnapshotsResult(TypedDict):
     snapshots: list[SnapshotItem]
     completed: NotRequired[bool]
+    # a throttling/5xx answer this call got (not done yet; the poll loop asks again)
+    transientError: NotRequired[str]
 
 
 class ImageResult(TypedDict):
@@ -162,6 +169,10 @@ class TeardownResult(TypedDict):
     deletedVolumes: list[str]
     deletedSnapshots: list[str]
     deregisteredImages: list[str]
+    # delivered snapshots and their AMIs that teardown left in place on purpose
+    keptSnapshots: list[str]
+    keptImages: list[str]
+    transientErrors: list[str]
 
 
 class VolumeReport(TypedDict):
@@ -181,7 +192,7 @@ class ErrorInfo(TypedDict):
 
 
 class Report(TypedDict):
-    outcome: str
+    outcome: ReportOutcome
     executionName: str | None
     source: SourceRef | None
     volumes: list[VolumeReport]
@@ -190,3 +201,15 @@ class Report(TypedDict):
     phaseSeconds: dict[str, float]
     totalSeconds: float | None
     error: ErrorInfo | None
+    warnings: list[ErrorInfo]
+    delivered: bool
+    newSnapshotIds: list[str]
+    notes: list[str]
+
+
+class StartFromTagResult(TypedDict):
+    started: bool
+    executionArn: str
+    executionName: str
+    snapshotId: str
+    reason: NotRequired[str]

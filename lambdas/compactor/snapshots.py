@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from botocore.exceptions import ClientError
 
 from compactor import aws, tags
 from compactor.config import Config
-from compactor.errors import InvalidInput, SnapshotFailed, SnapshotNotCompleted, SnapshotNotFound
+from compactor.errors import (
+    InvalidInput,
+    SnapshotArchived,
+    SnapshotFailed,
+    SnapshotNotCompleted,
+    SnapshotNotFound,
+)
 from compactor.models import AttachedVolume, Plan, SnapshotItem, SnapshotsResult
+from compactor.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import FilterTypeDef, SnapshotTypeDef
 
 
 def describe_source(snapshot_id: str) -> SnapshotTypeDef:
-    """The source snapshot, which must exist in this Region and be completed."""
+    """The source snapshot, which must exist in this Region, be readable (completed, or pending /
+    recovering: prepare waits for those) and be in the standard storage tier."""
     try:
         found = aws.ec2().describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"]
     except ClientError as error:
@@ -34,14 +42,34 @@ def describe_source(snapshot_id: str) -> SnapshotTypeDef:
         )
     snapshot = found[0]
     state = snapshot.get("State")
-    if state != "completed":
-        hint = (
-            "wait until it is completed and start again"
-            if state == "pending"
-            else f"it cannot be read ({snapshot.get('StateMessage', 'no reason given')})"
+    if state == "error":
+        raise SnapshotNotCompleted(
+            f"snapshot {snapshot_id} is in state error "
+            f"({snapshot.get('StateMessage') or 'no StateMessage given'}): EC2 could not "
+            "complete it and it cannot be read; take a new snapshot of the volume (or pick "
+            "another one) and start again"
         )
-        raise SnapshotNotCompleted(f"snapshot {snapshot_id} is {state}, not completed: {hint}")
+    if state == "recoverable":
+        raise SnapshotNotCompleted(
+            f"snapshot {snapshot_id} is in the Recycle Bin (state recoverable): restore it "
+            "(RestoreSnapshotFromRecycleBin) and start again"
+        )
+    if state not in PENDING_STATES and state != "completed":
+        raise SnapshotNotCompleted(f"snapshot {snapshot_id} is {state}, not completed")
+    if snapshot.get("StorageTier") == "archive":
+        expiry = snapshot.get("RestoreExpiryTime")
+        raise SnapshotArchived(
+            f"snapshot {snapshot_id} is in the archive storage tier (StorageTier archive"
+            + (f", its temporary restore ended at {expiry.isoformat()}" if expiry else "")
+            + "): a volume cannot be created from it. Restore it first (RestoreSnapshotTier, "
+            "permanently or with TemporaryRestoreDays long enough for the job; it takes up to "
+            "72 hours), then start again"
+        )
     return snapshot
+
+
+# states a source snapshot can leave on its own to become completed
+PENDING_STATES = frozenset({"pending", "recovering"})
 
 
 def create_from_targets(
@@ -114,17 +142,26 @@ def _describe_own(filters: Sequence[FilterTypeDef]) -> list[SnapshotTypeDef]:
 
 
 def check(result: SnapshotsResult) -> SnapshotsResult:
-    """Progress of the new snapshots; SnapshotFailed when one is in state error."""
+    """Progress of the new snapshots; SnapshotFailed when one is in state error.
+
+    When every one is `completed`, they are all tagged delivered (CreateTags, idempotent) before
+    this returns `completed: true`: from then on teardown keeps them whatever happens later. A
+    throttling or 5xx answer is "not completed yet" (`transientError`), like a snapshot that
+    DescribeSnapshots does not list yet right after CreateSnapshot."""
     items = result["snapshots"]
-    described = {
-        s["SnapshotId"]: s
-        for s in aws.ec2().describe_snapshots(SnapshotIds=[i["snapshotId"] for i in items])[
-            "Snapshots"
-        ]
-    }
+    snapshot_ids = [i["snapshotId"] for i in items]
+    try:
+        described = {
+            s["SnapshotId"]: s
+            for s in aws.ec2().describe_snapshots(SnapshotIds=snapshot_ids)["Snapshots"]
+        }
+    except ClientError as error:
+        if aws.is_transient(error) or aws.error_code(error) == "InvalidSnapshot.NotFound":
+            return _not_yet(items, "DescribeSnapshots", error)
+        raise
     checked: list[SnapshotItem] = []
     for item in items:
-        snapshot = described[item["snapshotId"]]
+        snapshot = described.get(item["snapshotId"], {})
         if snapshot.get("State") == "error":
             raise SnapshotFailed(
                 f"snapshot {item['snapshotId']} of the compacted volume failed "
@@ -140,14 +177,54 @@ def check(result: SnapshotsResult) -> SnapshotsResult:
                 "progress": snapshot.get("Progress", ""),
             }
         )
-    return {"snapshots": checked, "completed": all(i["state"] == "completed" for i in checked)}
+    if not all(i["state"] == "completed" for i in checked):
+        return {"snapshots": checked, "completed": False}
+    untagged = [
+        snapshot_id
+        for snapshot_id in snapshot_ids
+        if not tags.is_delivered(tags.from_aws(described[snapshot_id].get("Tags")))
+    ]
+    if untagged:
+        try:
+            aws.ec2().create_tags(
+                Resources=untagged, Tags=tags.to_aws({tags.DELIVERED: tags.DELIVERED_VALUE})
+            )
+        except ClientError as error:
+            if aws.is_transient(error):
+                return _not_yet(checked, "CreateTags", error)
+            raise
+    return {"snapshots": checked, "completed": True}
 
 
-def full_sizes(snapshot_ids: Sequence[str]) -> dict[str, int | None]:
-    """FullSnapshotSizeInBytes of the snapshots that still exist (None where EC2 gives none)."""
+def _not_yet(items: Sequence[SnapshotItem], call: str, error: ClientError) -> SnapshotsResult:
+    message = f"{call}: {aws.error_code(error)}: {aws.error_message(error)}"
+    logger.info("snapshots not checked yet", extra={"error": message})
+    return {"snapshots": list(items), "completed": False, "transientError": message}
+
+
+class NewSnapshotState(TypedDict):
+    fullSizeBytes: int | None
+    delivered: bool
+
+
+def describe_new(snapshot_ids: Sequence[str]) -> dict[str, NewSnapshotState]:
+    """The new snapshots that still exist: FullSnapshotSizeInBytes (None where EC2 gives none)
+    and whether they carry the delivered tag. A filter, not SnapshotIds, so that a snapshot that
+    teardown deleted is simply absent instead of an error."""
     if not snapshot_ids:
         return {}
-    found = aws.ec2().describe_snapshots(
-        OwnerIds=["self"], Filters=[{"Name": "snapshot-id", "Values": list(snapshot_ids)}]
-    )["Snapshots"]
-    return {s["SnapshotId"]: s.get("FullSnapshotSizeInBytes") for s in found}
+    pages = (
+        aws.ec2()
+        .get_paginator("describe_snapshots")
+        .paginate(
+            OwnerIds=["self"], Filters=[{"Name": "snapshot-id", "Values": list(snapshot_ids)}]
+        )
+    )
+    return {
+        s["SnapshotId"]: {
+            "fullSizeBytes": s.get("FullSnapshotSizeInBytes"),
+            "delivered": tags.is_delivered(tags.from_aws(s.get("Tags"))),
+        }
+        for page in pages
+        for s in page["Snapshots"]
+    }

@@ -15,10 +15,15 @@ EXECUTION = PREFIX + "execution"
 ROLE = PREFIX + "role"
 SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
 SOURCE_IMAGE = PREFIX + "source-image"
+# put by check_snapshots on every new snapshot once all of them are completed (the delivery point):
+# teardown never deletes a snapshot carrying it, nor an AMI whose snapshots carry it
+DELIVERED = PREFIX + "delivered"
+DELIVERED_VALUE = "true"
 
 MAX_PER_RESOURCE = 50  # EC2's limit
-# stack, execution, role, source-snapshot and (AMI jobs) source-image
-OWN_TAGS_PER_OUTPUT = 5
+# stack, execution, role, source-snapshot, (AMI jobs) source-image and, added by CreateTags at
+# delivery, delivered: counted up front so that CreateTags cannot hit EC2's limit after the work
+OWN_TAGS_PER_OUTPUT = 6
 
 ROLE_INSTANCE = "transfer-instance"
 ROLE_SNAPSHOT = "snapshot"
@@ -38,6 +43,10 @@ def ownership_filters(stack_name: str, execution_name: str) -> list[FilterTypeDe
 
 def is_owned(tags: Mapping[str, str], stack_name: str, execution_name: str) -> bool:
     return tags.get(STACK) == stack_name and tags.get(EXECUTION) == execution_name
+
+
+def is_delivered(tags: Mapping[str, str]) -> bool:
+    return tags.get(DELIVERED) == DELIVERED_VALUE
 
 
 def from_aws(tags: Iterable[Mapping[str, Any]] | None) -> dict[str, str]:

@@ -1,12 +1,36 @@
 """teardown: delete what one execution created, found by its stack and execution tags.
 
-Each call does what it can and reports how much is still there; the state machine calls again
-until nothing remains. Resources without both tags (or with other values) are never touched:
-the tag filters select them and each one's tags are checked again before acting."""
+Each call does what it can and reports how much is still there (`remaining`); the state machine
+calls again, in a bounded loop, until nothing remains. Resources without both tags (or with other
+values) are never touched: the tag filters select them and each one's tags are checked again
+before acting.
+
+Outcomes: `success` and `retry` remove the transfer instance and the volumes; `failure` and
+`cleanup` (the cleanup state machine, started when an execution ended FAILED, TIMED_OUT or
+ABORTED) also deregister the execution's AMIs and delete its new snapshots, EXCEPT what was
+delivered: a snapshot tagged `ebs-snapshot-compactor:delivered` (check_snapshots puts it once all
+new snapshots are completed) is never deleted, and once any snapshot of the execution is
+delivered none of its AMIs is deregistered. `keep` names more to leave in place.
+
+Volumes in every state: `available` and `error` are deleted; `creating`, `in-use` (attaching,
+attached, detaching) and `deleting` count as remaining: the instance is terminated first, and EC2
+detaches its volumes (and deletes those with DeleteOnTermination) on its own.
+
+Answers that mean "later", not "no": InvalidSnapshot.InUse (EC2 refuses DeleteSnapshot of an AMI's
+snapshot until the AMI's deregistration has settled), VolumeInUse / IncorrectState /
+IncorrectInstanceState (a resource busy for a moment), and every throttling or 5xx answer
+(compactor.aws.is_transient) on any call: they count as remaining, and teardown never raises for
+them, so the bounded loop asks again.
+
+What teardown cannot see: tag-filtered Describe* answers lag right after a resource was created
+(and an aborted execution's Lambda may still create one after teardown ran). A call cannot delete
+what the answers do not list yet, so `remaining: 0` means "nothing visible now"; that is why the
+cleanup state machine waits past the longest task timeout and then runs teardown again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +44,16 @@ from compactor.observability import logger
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import FilterTypeDef
 
-OUTCOMES: tuple[Outcome, ...] = ("success", "failure", "retry")
+OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "failure", "cleanup")
+# outcomes that also remove the execution's (undelivered) snapshots and AMIs
+_REMOVES_OUTPUTS: frozenset[str] = frozenset({"failure", "cleanup"})
 _GONE_INSTANCE_STATES = frozenset({"terminated"})
+# volume states (DescribeVolumes): creating | available | in-use | deleting | deleted | error
+_DELETABLE_VOLUME_STATES = frozenset({"available", "error"})
+_GONE_VOLUME_STATES = frozenset({"deleted"})
+_GONE_IMAGE_STATES = frozenset({"deregistered"})
 # a resource that is still being deleted by an earlier call, or that is busy for a moment
-_TRANSIENT_ERRORS = frozenset(
+_BUSY_ERRORS = frozenset(
     {"IncorrectState", "VolumeInUse", "InvalidSnapshot.InUse", "IncorrectInstanceState"}
 )
 _ALREADY_GONE_ERRORS = frozenset(
@@ -35,6 +65,10 @@ _ALREADY_GONE_ERRORS = frozenset(
         "InvalidInstanceID.NotFound",
     }
 )
+
+
+class _Later(Exception):
+    """A call answered "not now" (throttled, 5xx, busy); already counted and recorded."""
 
 
 @dataclass
@@ -50,6 +84,17 @@ class _Progress:
     deleted_volumes: list[str] = field(default_factory=list)
     deleted_snapshots: list[str] = field(default_factory=list)
     deregistered_images: list[str] = field(default_factory=list)
+    kept_snapshots: list[str] = field(default_factory=list)
+    kept_images: list[str] = field(default_factory=list)
+    transient_errors: list[str] = field(default_factory=list)
+
+    def later(self, what: str, error: ClientError, count: int = 1) -> _Later:
+        """Count `count` resources as remaining because `what` answered "not now"."""
+        self.remaining += count
+        code = aws.error_code(error) or "error"
+        self.transient_errors.append(f"{what}: {code}")
+        logger.info("not done yet", extra={"call": what, "error": code})
+        return _Later(what)
 
 
 def parse_keep(raw: Any) -> Keep:
@@ -73,12 +118,13 @@ def teardown(stack_name: str, execution_name: str, outcome: str, keep: Keep) -> 
         raise InvalidInput(f"teardown outcome {outcome!r} is invalid: use one of {OUTCOMES}")
     owned = tags.ownership_filters(stack_name, execution_name)
     progress = _Progress()
-    _instances(owned, stack_name, execution_name, progress)
-    _volumes(owned, stack_name, execution_name, progress)
-    if outcome == "failure":
-        # AMIs first: a snapshot cannot be deleted while an AMI uses it
-        _images(owned, stack_name, execution_name, keep, progress)
-        _snapshots(owned, stack_name, execution_name, keep, progress)
+    # a step that got a "not now" answer stops; the others still run
+    for step in (_instances, _volumes):
+        with contextlib.suppress(_Later):
+            step(owned, stack_name, execution_name, progress)
+    if outcome in _REMOVES_OUTPUTS:
+        with contextlib.suppress(_Later):
+            _outputs(owned, stack_name, execution_name, keep, progress)
     logger.info("teardown", extra={"outcome": outcome, "progress": progress.__dict__})
     return {
         "remaining": progress.remaining,
@@ -86,6 +132,9 @@ def teardown(stack_name: str, execution_name: str, outcome: str, keep: Keep) -> 
         "deletedVolumes": progress.deleted_volumes,
         "deletedSnapshots": progress.deleted_snapshots,
         "deregisteredImages": progress.deregistered_images,
+        "keptSnapshots": progress.kept_snapshots,
+        "keptImages": progress.kept_images,
+        "transientErrors": progress.transient_errors,
     }
 
 
@@ -93,12 +142,27 @@ def _owned(resource: Mapping[str, Any], stack_name: str, execution_name: str) ->
     return tags.is_owned(tags.from_aws(resource.get("Tags")), stack_name, execution_name)
 
 
+def _describe(what: str, progress: _Progress, pages: Callable[[], Iterable[Any]]) -> list[Any]:
+    """Every page of a Describe* call; a transient answer counts one remaining, stops the step."""
+    try:
+        return list(pages())
+    except ClientError as error:
+        if aws.is_transient(error):
+            raise progress.later(what, error) from error
+        raise
+
+
 def _instances(
     owned: Sequence[FilterTypeDef], stack_name: str, execution_name: str, progress: _Progress
 ) -> None:
+    pages = _describe(
+        "DescribeInstances",
+        progress,
+        lambda: aws.ec2().get_paginator("describe_instances").paginate(Filters=owned),
+    )
     live = [
         instance
-        for page in aws.ec2().get_paginator("describe_instances").paginate(Filters=owned)
+        for page in pages
         for reservation in page["Reservations"]
         for instance in reservation.get("Instances", [])
         if instance.get("State", {}).get("Name") not in _GONE_INSTANCE_STATES
@@ -107,77 +171,125 @@ def _instances(
     to_terminate = [
         i["InstanceId"] for i in live if i.get("State", {}).get("Name") != "shutting-down"
     ]
-    if to_terminate:
-        states = aws.ec2().terminate_instances(InstanceIds=to_terminate)["TerminatingInstances"]
-        progress.terminated_instances.extend(to_terminate)
-        progress.remaining += sum(
-            1 for s in states if s.get("CurrentState", {}).get("Name") not in _GONE_INSTANCE_STATES
-        )
     progress.remaining += len(live) - len(to_terminate)
+    if not to_terminate:
+        return
+    try:
+        states = aws.ec2().terminate_instances(InstanceIds=to_terminate)["TerminatingInstances"]
+    except ClientError as error:
+        code = aws.error_code(error)
+        if aws.is_transient(error) or code in _BUSY_ERRORS:
+            raise progress.later("TerminateInstances", error, len(to_terminate)) from error
+        if code in _ALREADY_GONE_ERRORS:
+            return
+        raise
+    progress.terminated_instances.extend(to_terminate)
+    progress.remaining += sum(
+        1 for s in states if s.get("CurrentState", {}).get("Name") not in _GONE_INSTANCE_STATES
+    )
 
 
 def _volumes(
     owned: Sequence[FilterTypeDef], stack_name: str, execution_name: str, progress: _Progress
 ) -> None:
-    for page in aws.ec2().get_paginator("describe_volumes").paginate(Filters=owned):
-        for volume in page["Volumes"]:
-            if not _owned(volume, stack_name, execution_name):
-                continue
-            volume_id = volume["VolumeId"]
-            if volume.get("State") != "available":
-                # attached to an instance that is going away (DeleteOnTermination), or deleting
-                progress.remaining += 1
-                continue
-            _delete(
-                lambda resource_id: aws.ec2().delete_volume(VolumeId=resource_id),
-                volume_id,
-                progress.deleted_volumes,
-                progress,
-            )
+    pages = _describe(
+        "DescribeVolumes",
+        progress,
+        lambda: aws.ec2().get_paginator("describe_volumes").paginate(Filters=owned),
+    )
+    for volume in _flatten(page["Volumes"] for page in pages):
+        state = volume.get("State")
+        if state in _GONE_VOLUME_STATES or not _owned(volume, stack_name, execution_name):
+            continue
+        volume_id = volume["VolumeId"]
+        if state not in _DELETABLE_VOLUME_STATES:
+            # creating; in-use (attaching, attached, detaching) to an instance that teardown
+            # terminated, EC2 detaches it; deleting. Also any state EC2 adds later: wait.
+            progress.remaining += 1
+            continue
+        _delete(
+            "DeleteVolume",
+            lambda resource_id: aws.ec2().delete_volume(VolumeId=resource_id),
+            volume_id,
+            progress.deleted_volumes,
+            progress,
+        )
 
 
-def _images(
+def _outputs(
     owned: Sequence[FilterTypeDef],
     stack_name: str,
     execution_name: str,
     keep: Keep,
     progress: _Progress,
 ) -> None:
-    found = aws.ec2().describe_images(Owners=["self"], Filters=list(owned))["Images"]
-    for image in found:
+    """The execution's AMIs and new snapshots, minus what was delivered or is to be kept. The
+    snapshots are described first: without knowing which are delivered, nothing is removed."""
+    snapshot_pages = _describe(
+        "DescribeSnapshots",
+        progress,
+        lambda: (
+            aws.ec2().get_paginator("describe_snapshots").paginate(OwnerIds=["self"], Filters=owned)
+        ),
+    )
+    snapshots = [
+        s
+        for s in _flatten(page["Snapshots"] for page in snapshot_pages)
+        if _owned(s, stack_name, execution_name)
+    ]
+    delivered = {
+        s["SnapshotId"] for s in snapshots if tags.is_delivered(tags.from_aws(s.get("Tags")))
+    }
+    images = [
+        image
+        for page in _describe(
+            "DescribeImages",
+            progress,
+            lambda: [aws.ec2().describe_images(Owners=["self"], Filters=list(owned))],
+        )
+        for image in page["Images"]
+        if image.get("State") not in _GONE_IMAGE_STATES
+        and _owned(image, stack_name, execution_name)
+    ]
+    used_by_kept_images: set[str] = set()
+    for image in images:
         image_id = image["ImageId"]
-        if (
-            image_id == keep.image_id
-            or image.get("State") == "deregistered"
-            or not _owned(image, stack_name, execution_name)
-        ):
+        image_snapshots = set(_image_snapshot_ids(image))
+        if image_id == keep.image_id or delivered or image_snapshots & keep.snapshot_ids:
+            # an AMI exists only after delivery: once anything is delivered, every AMI stays
+            progress.kept_images.append(image_id)
+            used_by_kept_images |= image_snapshots
             continue
         _delete(
+            "DeregisterImage",
             lambda resource_id: aws.ec2().deregister_image(ImageId=resource_id),
             image_id,
             progress.deregistered_images,
             progress,
         )
-
-
-def _snapshots(
-    owned: Sequence[FilterTypeDef],
-    stack_name: str,
-    execution_name: str,
-    keep: Keep,
-    progress: _Progress,
-) -> None:
-    pages = aws.ec2().get_paginator("describe_snapshots").paginate(OwnerIds=["self"], Filters=owned)
-    for snapshot in _flatten(page["Snapshots"] for page in pages):
+    for snapshot in snapshots:
         snapshot_id = snapshot["SnapshotId"]
-        if snapshot_id in keep.snapshot_ids or not _owned(snapshot, stack_name, execution_name):
+        if (
+            snapshot_id in delivered
+            or snapshot_id in keep.snapshot_ids
+            or snapshot_id in used_by_kept_images
+        ):
+            progress.kept_snapshots.append(snapshot_id)
             continue
         _delete(
+            "DeleteSnapshot",
             lambda resource_id: aws.ec2().delete_snapshot(SnapshotId=resource_id),
             snapshot_id,
             progress.deleted_snapshots,
             progress,
         )
+
+
+def _image_snapshot_ids(image: Mapping[str, Any]) -> Iterator[str]:
+    for mapping in image.get("BlockDeviceMappings", []):
+        snapshot_id = mapping.get("Ebs", {}).get("SnapshotId")
+        if snapshot_id:
+            yield str(snapshot_id)
 
 
 def _flatten(pages: Iterable[Sequence[Any]]) -> Iterable[Any]:
@@ -186,7 +298,11 @@ def _flatten(pages: Iterable[Sequence[Any]]) -> Iterable[Any]:
 
 
 def _delete(
-    call: Callable[[str], object], resource_id: str, done: list[str], progress: _Progress
+    what: str,
+    call: Callable[[str], object],
+    resource_id: str,
+    done: list[str],
+    progress: _Progress,
 ) -> None:
     try:
         call(resource_id)
@@ -194,9 +310,8 @@ def _delete(
         code = aws.error_code(error)
         if code in _ALREADY_GONE_ERRORS:
             return
-        if code in _TRANSIENT_ERRORS:
-            logger.info("not deleted yet", extra={"resource": resource_id, "error": code})
-            progress.remaining += 1
+        if code in _BUSY_ERRORS or aws.is_transient(error):
+            progress.later(f"{what} {resource_id}", error)
             return
         raise
     done.append(resource_id)

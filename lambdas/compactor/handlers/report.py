@@ -1,4 +1,6 @@
-"""Task 11: the report of the execution, returned and published to EventBridge."""
+"""Task 11: the report of the execution, returned and published to EventBridge. Runs on every
+path (success, the warnings chain after delivery, the failure chain); a PutEvents failure raises
+so that the workflow routes it (after delivery: to the warnings chain's fallback)."""
 
 from datetime import UTC, datetime
 
@@ -9,13 +11,17 @@ from compactor.models import Report
 from compactor.observability import Event, metrics, task_handler
 from compactor.report import build, events
 
+METRIC_BY_OUTCOME = {
+    "success": "Succeeded",
+    "succeeded-with-warnings": "SucceededWithWarnings",
+    "failure": "Failed",
+}
+
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> Report:
     config = Config.from_env()
     report = build.build(event, datetime.now(UTC))
     events.publish(report, config.event_bus_name)
-    metrics.add_metric(
-        name="Succeeded" if report["outcome"] == "success" else "Failed", unit="Count", value=1
-    )
+    metrics.add_metric(name=METRIC_BY_OUTCOME[report["outcome"]], unit="Count", value=1)
     return report

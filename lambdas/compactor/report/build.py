@@ -1,14 +1,25 @@
-"""The report of one execution (docs/contract.md, "Report") from the whole state data."""
+"""The report of one execution (docs/contract.md, "Report") from the whole state data.
+
+It is built on every path, so it assumes nothing about the state's shape: no plan (prepare
+failed), no snapshots yet, a failure after a relaunch, or the warnings chain (new snapshots
+delivered, then a later task failed: `outcome` succeeded-with-warnings and `warning`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from compactor import snapshots
-from compactor.models import ErrorInfo, FastSnapshotRestoreState, Report, SourceRef, VolumeReport
+from compactor.models import (
+    ErrorInfo,
+    FastSnapshotRestoreState,
+    Report,
+    ReportOutcome,
+    SourceRef,
+    VolumeReport,
+)
 
 # EBS stores snapshots in blocks of 512 KiB and FullSnapshotSizeInBytes counts whole blocks
 EBS_SNAPSHOT_BLOCK_BYTES = 512 * 1024
@@ -17,6 +28,7 @@ PHASES = (
     "prepare",
     "launch",
     "waitReady",
+    "attach",
     "compaction",
     "snapshot",
     "registerImage",
@@ -24,26 +36,31 @@ PHASES = (
     "teardown",
     "report",
 )
+OUTCOMES: tuple[ReportOutcome, ...] = get_args(ReportOutcome)
+# state keys holding an error that did not end the execution: the warnings chain's, and the
+# error of a teardown that did not finish after the outcome was decided
+WARNING_KEYS = ("warning", "teardownError")
 
 
 def build(state: Mapping[str, Any], now: datetime) -> Report:
     plan = _mapping(state.get("plan"))
-    outcome = str(state.get("outcome") or ("failure" if state.get("error") else "success"))
+    outcome = _outcome(state)
     new_ids = _new_snapshot_ids(state)
-    new_sizes = snapshots.full_sizes(sorted(set(new_ids.values())))
+    existing = snapshots.describe_new(sorted(set(new_ids.values())))
     copied = _copy_summaries(state)
     volumes: list[VolumeReport] = []
     for volume in plan.get("volumes", []):
         index = volume["index"]
         new_id = new_ids.get(index)
-        new_size = new_sizes.get(new_id) if new_id else None
+        found = existing.get(new_id) if new_id else None
+        new_size = found["fullSizeBytes"] if found else None
         summary = copied.get(index, {})
         volumes.append(
             {
                 "index": index,
                 "sourceSnapshotId": volume["sourceSnapshotId"],
                 # a snapshot that teardown deleted after a failure is not reported as new
-                "newSnapshotId": new_id if new_id in new_sizes else None,
+                "newSnapshotId": new_id if found else None,
                 "sourceFullSizeBytes": volume.get("sourceFullSizeBytes"),
                 "newFullSizeBytes": new_size,
                 "sourceBytesRead": _int_or_none(summary.get("source_bytes_read")),
@@ -55,6 +72,13 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
                 ),
             }
         )
+    new_snapshot_ids = [new_ids[index] for index in sorted(new_ids) if new_ids[index] in existing]
+    completed = _mapping(state.get("snapshots")).get("completed") is True
+    delivered = (
+        bool(new_ids)
+        and len(new_snapshot_ids) == len(new_ids)
+        and (completed or all(existing[i]["delivered"] for i in new_snapshot_ids))
+    )
     timings = _timings(state.get("timings"))
     start = timings.get("start")
     return {
@@ -67,7 +91,24 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         "phaseSeconds": phase_seconds(timings, now),
         "totalSeconds": round((now - start).total_seconds(), 3) if start else None,
         "error": _error(state.get("error")),
+        "warnings": [w for w in (_error(state.get(key)) for key in WARNING_KEYS) if w],
+        "delivered": delivered,
+        "newSnapshotIds": new_snapshot_ids,
+        "notes": [str(n) for n in plan.get("notes") or [] if isinstance(n, str)],
     }
+
+
+def _outcome(state: Mapping[str, Any]) -> ReportOutcome:
+    """`$.outcome` as the workflow set it; without one (or an unknown one) it is inferred."""
+    raw = state.get("outcome")
+    for outcome in OUTCOMES:
+        if raw == outcome:
+            return outcome
+    if state.get("error"):
+        return "failure"
+    if state.get("warning"):
+        return "succeeded-with-warnings"
+    return "success"
 
 
 def phase_seconds(timings: Mapping[str, datetime], now: datetime) -> dict[str, float]:
@@ -103,9 +144,14 @@ def _new_snapshot_ids(state: Mapping[str, Any]) -> dict[int, str]:
 def _copy_summaries(state: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
     """The data-plane summary of each volume pair, by the pair's index."""
     summary = _mapping(_mapping(state.get("compaction")).get("summary"))
-    index_by_source = {
-        v["sourceVolumeId"]: v["index"] for v in _mapping(state.get("ready")).get("volumes", [])
-    }
+    # the volume pairs: $.attached (attach_volumes) or, from an older workflow, $.ready
+    pairs = [
+        v
+        for key in ("ready", "attached")
+        for v in _mapping(state.get(key)).get("volumes", [])
+        if isinstance(v, Mapping) and "sourceVolumeId" in v and "index" in v
+    ]
+    index_by_source = {v["sourceVolumeId"]: v["index"] for v in pairs}
     result: dict[int, Mapping[str, Any]] = {}
     for item in summary.get("volumes", []):
         if isinstance(item, Mapping) and item.get("sourceVolumeId") in index_by_source:

@@ -1,4 +1,10 @@
-"""The completion event on EventBridge (docs/contract.md, "Report")."""
+"""The completion event on EventBridge (docs/contract.md, "Report").
+
+success and succeeded-with-warnings are published with the Succeeded detail-type (the new
+snapshots were delivered; `outcome` and `warnings` in the detail say what went wrong after), a
+failure with the Failed one. PutEvents answers HTTP 200 even when it rejected the entry
+(FailedEntryCount, and ErrorCode on the entry): that is a failure too, so the caller's Catch
+routes it like any other."""
 
 from __future__ import annotations
 
@@ -12,24 +18,39 @@ SUCCEEDED = "EBS Snapshot Compaction Succeeded"
 FAILED = "EBS Snapshot Compaction Failed"
 
 
-def publish(report: Report, event_bus_name: str) -> None:
+class PublishFailed(RuntimeError):
+    """PutEvents did not accept the completion event."""
+
+
+def detail_type(report: Report) -> str:
+    return FAILED if report["outcome"] == "failure" else SUCCEEDED
+
+
+def publish(report: Report, event_bus_name: str) -> str:
+    """Put the completion event; returns its event id, raises PublishFailed if not accepted."""
     response = aws.events().put_events(
         Entries=[
             {
                 "Source": SOURCE,
-                "DetailType": SUCCEEDED if report["outcome"] == "success" else FAILED,
+                "DetailType": detail_type(report),
                 "Detail": json.dumps(report),
                 "EventBusName": event_bus_name,
             }
         ]
     )
-    if response.get("FailedEntryCount", 0):
-        failures = [
-            f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}"
-            for e in response.get("Entries", [])
-            if "ErrorCode" in e
-        ]
-        raise RuntimeError(
-            f"PutEvents to {event_bus_name} failed ({'; '.join(failures)}): check the bus name "
-            "and the function's events:PutEvents permission"
+    entries = response.get("Entries", [])
+    failures = [
+        f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in entries if e.get("ErrorCode")
+    ]
+    if (
+        response.get("FailedEntryCount", 0)
+        or failures
+        or not entries
+        or not entries[0].get("EventId")
+    ):
+        raise PublishFailed(
+            f"PutEvents to {event_bus_name} failed "
+            f"({'; '.join(failures) or 'the event was not accepted'}): check the bus name and "
+            "the function's events:PutEvents permission"
         )
+    return str(entries[0]["EventId"])

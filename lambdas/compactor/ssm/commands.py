@@ -20,7 +20,9 @@ from compactor.observability import logger
 # How long SSM may take to deliver the command to the agent; the run itself is bounded by the
 # document's TimeoutSeconds parameter (its default, 172,800 s, is kept).
 DELIVERY_TIMEOUT_SECONDS = 600
-RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed"})
+# GetCommandInvocation's Status values that are not final: Delayed = SSM will deliver again;
+# Cancelling = a cancel was asked for and the plugin is still running (the document may still write)
+RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
 
 
 def document_parameters(plan: Plan, ready: ReadyResult) -> dict[str, list[str]]:
@@ -59,7 +61,15 @@ def start(
 
 
 def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
-    found = describe(instance["instanceId"])
+    """Not done while the invocation runs (RUNNING_STATUSES), while it does not exist yet (right
+    after SendCommand), or when a call got a throttling or 5xx answer (`transientError`; the poll
+    loop's bound still applies)."""
+    try:
+        found = describe(instance["instanceId"])
+    except ClientError as error:
+        if aws.is_transient(error):
+            return _not_done_yet("DescribeInstances", error)
+        raise
     if found is not None:
         raise_if_lost(found)
     try:
@@ -70,6 +80,8 @@ def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
         # right after SendCommand the invocation may not exist yet
         if aws.error_code(error) == "InvocationDoesNotExist":
             return {"done": False, "status": "Pending", "summary": None}
+        if aws.is_transient(error):
+            return _not_done_yet("GetCommandInvocation", error)
         raise
     status = invocation.get("Status", "Pending")
     stdout = invocation.get("StandardOutputContent", "")
@@ -92,6 +104,12 @@ def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
         f"the Command document ended {invocation.get('StatusDetails', status)} without an error "
         f"line{': ' + stderr_tail[0] if stderr_tail else ''}: check the command log group"
     )
+
+
+def _not_done_yet(call: str, error: ClientError) -> CompactionResult:
+    message = f"{call}: {aws.error_code(error)}: {aws.error_message(error)}"
+    logger.info("compaction not checked yet", extra={"error": message})
+    return {"done": False, "status": "Unknown", "summary": None, "transientError": message}
 
 
 def _last_json_line(text: str) -> dict[str, Any] | None:
