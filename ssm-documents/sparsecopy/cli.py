@@ -1,4 +1,4 @@
-"""Command line: ``copy``, ``inspect`` and ``device``. Stdout carries only the result."""
+"""Command line: ``copy``, ``inspect``, ``device``, ``summarize``. Stdout carries only results."""
 
 import argparse
 import json
@@ -17,6 +17,7 @@ from .errors import Failure
 from .extents import Extents, align, clip, normalize, total
 from .plan import TRIM, MetaReader, PartPlan, plan_disk
 from .progress import Progress, human, log
+from .summary import summarize
 from .trim import copy_trimmed, scratch_room
 from .verify import fsck_all
 
@@ -42,7 +43,31 @@ def _parser() -> argparse.ArgumentParser:
     device = sub.add_parser("device", help="print the block device of an attached EBS volume")
     device.add_argument("volume_id")
     device.add_argument("--device-name", help="the /dev/sdX name given at attachment (Xen)")
+    summ = sub.add_parser(
+        "summarize",
+        help="print the Command document's one bounded JSON line for the copies' stdout files",
+    )
+    summ.add_argument("--source-volume-ids", required=True, help="comma list, job order")
+    summ.add_argument("--target-volume-ids", required=True, help="comma list, job order")
+    summ.add_argument("outputs", nargs="+", metavar="COPY_STDOUT", help="each copy's stdout file")
     return parser
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    """Prints the success or the error line on stdout (exit 0 or 1), full details on stderr."""
+    outputs = []
+    for name in args.outputs:
+        with open(name, encoding="utf-8", errors="replace") as f:
+            outputs.append(f.read())
+    code, line, details = summarize(
+        args.source_volume_ids.split(","), args.target_volume_ids.split(","), outputs
+    )
+    for detail in details:
+        log(detail)
+    if code:
+        log(f"error: {json.loads(line)['error']}")
+    print(line, flush=True)
+    return code
 
 
 def _check_device(path: str, role: str) -> None:
@@ -219,6 +244,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.command == "device":
             print(find_device(args.volume_id, args.device_name), flush=True)
             return 0
+        if args.command == "summarize":
+            return _summarize(args)
         result = _copy(args) if args.command == "copy" else _inspect(args)
     except Failure as exc:
         log(f"error: {exc}")

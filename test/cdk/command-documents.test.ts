@@ -139,6 +139,7 @@ describe('the compact-volumes script, run for real', () => {
   const FAKE_PYTHON3 = `#!/bin/bash
 case "$1" in
   *.pyz)
+    pyz="$1"
     shift
     command="$1"
     shift
@@ -152,9 +153,13 @@ case "$1" in
       copy)
         echo "copying $1 to $2" >&2
         echo "a progress line on stdout"
-        if [ "$1" = "/dev/fake-$FAKE_FAIL_COPY" ]; then echo 'sparsecopy: error: read error on "'"$1"'" at 4096' >&2; exit 1; fi
+        if [ "$1" = "/dev/fake-$FAKE_FAIL_COPY" ]; then echo 'sparsecopy: error: read error on "'"$1"'" at 4096'"\${FAKE_ERROR_TAIL:-}" >&2; exit 1; fi
         if [ "$1" = "/dev/fake-$FAKE_NO_SUMMARY" ]; then echo "done"; exit 0; fi
-        echo "{\\"method\\": \\"allocated\\", \\"source\\": \\"$1\\", \\"target\\": \\"$2\\", \\"writtenBytes\\": 42}"
+        exec "$REAL_PYTHON" -c "$FAKE_SUMMARY_PY" "$1"
+        ;;
+      summarize)
+        if [ -n "\${FAKE_SUMMARIZE_CRASH:-}" ]; then echo "sparsecopy: error: internal error: boom" >&2; exit 3; fi
+        exec "$REAL_PYTHON" "$pyz" summarize "$@"
         ;;
       *) echo "unexpected command $command" >&2; exit 9 ;;
     esac
@@ -162,6 +167,25 @@ case "$1" in
   *) exec "$REAL_PYTHON" "$@" ;;
 esac
 `;
+
+  /**
+   * What `sparsecopy copy` prints as its last stdout line, for the source device in argv[1]: the byte
+   * counts are 1000 and 42 times the last hex digit of the volume id, FAKE_PARTITIONS partitions
+   * (default 2) with a note of FAKE_NOTE_LENGTH characters (default none).
+   */
+  const FAKE_SUMMARY_PY = [
+    'import json, os, sys',
+    'digit = int(sys.argv[1][-1], 16)',
+    'count = int(os.environ.get("FAKE_PARTITIONS", "2"))',
+    'note = ("dirty NTFS volume, copied raw " * 1000)[: int(os.environ.get("FAKE_NOTE_LENGTH", "0"))]',
+    'parts = [{"number": n + 1, "start": (n + 1) << 20, "size": 1 << 30, "fs": "ntfs", "method": "raw",',
+    '          "allocated_bytes": 1 << 30, "fsck": "not checked: ntfs has no checker"} for n in range(count)]',
+    'for part in parts:',
+    '    if note: part["note"] = note',
+    'print(json.dumps({"source_bytes_read": 1000 * digit, "target_bytes_written": 42 * digit,',
+    '                  "partitions": parts, "verified": True, "seconds": 1.5, "table": "gpt",',
+    '                  "outside_partitions_bytes": 1048576}))',
+  ].join('\n');
 
   const DEFAULT_PARAMETERS = {
     SourceVolumeIds: 'vol-0000000000000000a,vol-0000000000000000b',
@@ -183,7 +207,8 @@ esac
       fs.mkdirSync(tmp);
       fs.writeFileSync(path.join(bin, 'python3'), FAKE_PYTHON3, { mode: 0o755 });
       const values = { ...DEFAULT_PARAMETERS, ...parameters };
-      const content = renderCommandDocument(undefined, Buffer.from('not really a zip'));
+      // the real program: the fake python3 passes `summarize` on to it
+      const content = renderCommandDocument();
       for (const [name, value] of Object.entries(values)) {
         expect(value).toMatch(new RegExp(content.parameters[name].allowedPattern as string));
       }
@@ -196,16 +221,19 @@ esac
       fs.writeFileSync(log, '');
       const result = spawnSync('sh', [scriptFile], {
         encoding: 'utf8',
+        maxBuffer: 64 * 1024 * 1024, // the full per-partition details on stderr
         env: {
           PATH: `${bin}:${process.env.PATH}`,
           TMPDIR: tmp,
           FAKE_LOG: log,
+          FAKE_SUMMARY_PY,
           REAL_PYTHON: PYTHON,
           ...env,
         },
       });
       return {
         status: result.status,
+        stdout: result.stdout,
         stdoutLines: result.stdout.split('\n').filter((line) => line !== ''),
         stderr: result.stderr,
         calls: fs.readFileSync(log, 'utf8').trim().split('\n'),
@@ -216,7 +244,26 @@ esac
     }
   }
 
-  test('success: one JSON line with each pair and its summary, progress on stderr, temp dir removed', () => {
+  /** The stdout entry of one volume whose fake summary has 2 partitions without notes. */
+  function entry(source: string, target: string, digit: number) {
+    return {
+      sourceVolumeId: source,
+      targetVolumeId: target,
+      source_bytes_read: 1000 * digit,
+      target_bytes_written: 42 * digit,
+      outside_partitions_bytes: 1048576,
+      verified: true,
+      seconds: 1.5,
+      table: 'gpt',
+      partition_count: 2,
+      methods: { raw: 2 },
+      fsck: { not_checked: 2 },
+      note_count: 0,
+      notes: [],
+    };
+  }
+
+  test('success: one JSON line with each pair and its bounded summary, details on stderr, temp dir removed', () => {
     const run = runScript({});
     expect(run.stderr).toContain(
       'copying /dev/fake-vol-0000000000000000a to /dev/fake-vol-1111111111111111a',
@@ -225,25 +272,15 @@ esac
     expect(run.stdoutLines).toHaveLength(1);
     expect(JSON.parse(run.stdoutLines[0])).toEqual({
       volumes: [
-        {
-          sourceVolumeId: 'vol-0000000000000000a',
-          targetVolumeId: 'vol-1111111111111111a',
-          method: 'allocated',
-          source: '/dev/fake-vol-0000000000000000a',
-          target: '/dev/fake-vol-1111111111111111a',
-          writtenBytes: 42,
-        },
-        {
-          sourceVolumeId: 'vol-0000000000000000b',
-          targetVolumeId: 'vol-1111111111111111b',
-          method: 'allocated',
-          source: '/dev/fake-vol-0000000000000000b',
-          target: '/dev/fake-vol-1111111111111111b',
-          writtenBytes: 42,
-        },
+        entry('vol-0000000000000000a', 'vol-1111111111111111a', 10),
+        entry('vol-0000000000000000b', 'vol-1111111111111111b', 11),
       ],
     });
-    expect(run.calls).toEqual([
+    // every partition's full summary goes to stderr (the command log group)
+    expect(run.stderr).toMatch(
+      /summary of volume 2\/2 vol-0000000000000000b -> vol-1111111111111111b partition 2: \{"number": 2, /,
+    );
+    expect(run.calls.slice(0, 6)).toEqual([
       'device vol-0000000000000000a --device-name /dev/sdf',
       'device vol-1111111111111111a --device-name /dev/sdp',
       'copy /dev/fake-vol-0000000000000000a /dev/fake-vol-1111111111111111a --method allocated --jobs 16 --verify',
@@ -251,7 +288,56 @@ esac
       'device vol-1111111111111111b --device-name /dev/sdq',
       'copy /dev/fake-vol-0000000000000000b /dev/fake-vol-1111111111111111b --method allocated --jobs 16 --verify',
     ]);
+    expect(run.calls[6]).toMatch(
+      /^summarize --source-volume-ids vol-0000000000000000a,vol-0000000000000000b --target-volume-ids vol-1111111111111111a,vol-1111111111111111b \S+\/stdout\.0 \S+\/stdout\.1$/,
+    );
+    expect(run.calls).toHaveLength(7);
     expect(run.leftInTmp).toEqual([]);
+  });
+
+  test('10 volumes of 128 partitions with long notes: stdout stays one parseable line under 24,000 characters', () => {
+    const ids = (prefix: string) =>
+      Array.from({ length: 10 }, (_v, i) => `vol-${prefix}${i.toString(16)}`).join(',');
+    const devices = (first: number) =>
+      Array.from({ length: 10 }, (_v, i) => `/dev/sd${String.fromCharCode(first + i)}`).join(',');
+    const run = runScript(
+      {
+        SourceVolumeIds: ids('0000000000000000'),
+        TargetVolumeIds: ids('1111111111111111'),
+        SourceDeviceNames: devices('f'.charCodeAt(0)),
+        TargetDeviceNames: devices('p'.charCodeAt(0)),
+      },
+      { FAKE_PARTITIONS: '128', FAKE_NOTE_LENGTH: '3000' },
+    );
+    expect(run.status).toBe(0);
+    expect(run.stdoutLines).toHaveLength(1);
+    // the bound the program enforces: 10 entries of at most 2,000 characters and the envelope
+    expect(run.stdout.length).toBeLessThanOrEqual(20023 + 1);
+    const volumes = JSON.parse(run.stdoutLines[0]).volumes;
+    expect(volumes).toHaveLength(10);
+    volumes.forEach((volume: Record<string, unknown>, i: number) => {
+      expect(JSON.stringify(volume).length).toBeLessThanOrEqual(2000);
+      // what the report reads, and the counts
+      expect(volume).toMatchObject({
+        sourceVolumeId: `vol-0000000000000000${i.toString(16)}`,
+        targetVolumeId: `vol-1111111111111111${i.toString(16)}`,
+        source_bytes_read: 1000 * i,
+        target_bytes_written: 42 * i,
+        partition_count: 128,
+        methods: { raw: 128 },
+        note_count: 128,
+      });
+      const notes = volume.notes as string[];
+      expect(notes.length).toBeGreaterThan(0);
+      expect(notes.length).toBeLessThan(128);
+      for (const note of notes) {
+        expect(note).toMatch(/^partition \d+ \(ntfs, raw\): dirty NTFS volume, copied raw .*\.\.\.$/);
+        expect(note.length).toBeLessThanOrEqual(240);
+      }
+    });
+    // the details that stdout leaves out are all on stderr
+    expect(run.stderr).toContain('summary of volume 10/10 vol-00000000000000009 -> vol-11111111111111119 partition 128: ');
+    expect(run.stderr).toContain(`"note": "${'dirty NTFS volume, copied raw '.repeat(100).slice(0, 3000)}"`);
   });
 
   test('Method, Jobs and Verify reach the program', () => {
@@ -278,6 +364,28 @@ esac
       error: 'sparsecopy: error: read error on "/dev/fake-vol-0000000000000000b" at 4096',
       sourceVolumeId: 'vol-0000000000000000b',
     });
+    expect(run.leftInTmp).toEqual([]);
+  });
+
+  test('a failed copy with a very long error line: the error is cut, the line stays bounded and parses', () => {
+    const tail = ` ${'é"\\'.repeat(2000)}`;
+    const run = runScript({}, { FAKE_FAIL_COPY: 'vol-0000000000000000a', FAKE_ERROR_TAIL: tail });
+    expect(run.status).toBe(1);
+    expect(run.stdoutLines).toHaveLength(1);
+    expect(run.stdoutLines[0].length).toBeLessThan(2100);
+    const line = JSON.parse(run.stdoutLines[0]);
+    expect(line.sourceVolumeId).toBe('vol-0000000000000000a');
+    expect(line.error).toMatch(/^sparsecopy: error: read error on "\/dev\/fake-vol-0000000000000000a" at 4096 \\xe9"\\/);
+    expect(line.error).toMatch(/\.\.\.$/);
+    expect(line.error.length).toBe(1000);
+  });
+
+  test('a summarize that fails without its line: the last stderr line becomes the error line', () => {
+    const run = runScript({}, { FAKE_SUMMARIZE_CRASH: '1' });
+    expect(run.status).toBe(1);
+    expect(run.stdoutLines.map((line) => JSON.parse(line))).toEqual([
+      { error: 'sparsecopy: error: internal error: boom', sourceVolumeId: 'vol-0000000000000000a' },
+    ]);
     expect(run.leftInTmp).toEqual([]);
   });
 
