@@ -15,8 +15,12 @@ import { IConstruct } from 'constructs';
 export interface NagAcknowledgementTargets {
   readonly taskRole: iam.Role;
   readonly taskFunctions: lambda.Function[];
+  /** The tag rule's target (not a workflow task) and its own role. */
+  readonly startFromTag: lambda.Function;
+  readonly startFromTagRole: iam.Role;
   readonly instanceRole: iam.Role;
   readonly stateMachine: sfn.StateMachine;
+  readonly cleanupStateMachine: sfn.StateMachine;
   readonly pipelinePolicy: iam.ManagedPolicy;
   readonly deadLetterQueue: sqs.Queue;
   /** Only when the stack created the VPC. */
@@ -24,6 +28,8 @@ export interface NagAcknowledgementTargets {
 }
 
 const NAG = 'AwsSolutions::AwsSolutions-';
+/** The singleton function construct id aws-cdk-lib gives every AwsCustomResource of a stack. */
+const AWS_CUSTOM_RESOURCE_PROVIDER = 'AWS679f53fac002430cb0da5b7982bd2287';
 
 /** cdk-nag v3 runs as a policy-validation plugin: an unacknowledged finding fails the synth. */
 export function checkWithCdkNag(app: App): void {
@@ -74,15 +80,12 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
   );
   ack(
     t.instanceRole,
-    'IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]',
-    'The AWS-maintained minimum for an SSM-managed instance; it follows SSM agent changes.',
-  );
-  ack(
-    t.instanceRole,
     'IAM5[Resource::*]',
-    'The SSM agent calls logs:DescribeLogGroups before writing Command output, which has no resource-level permission.',
+    'The SSM agent calls logs:DescribeLogGroups before writing Command output, and the actions of ' +
+      'AmazonSSMManagedInstanceCore (copied from the pinned package minus ssm:GetParameter/GetParameters, ' +
+      'lib/ssm-agent-policy.ts) are granted on * there too: ssmmessages/ec2messages have no resource types.',
   );
-  for (const fn of t.taskFunctions) {
+  for (const fn of [...t.taskFunctions, t.startFromTag]) {
     ack(
       fn,
       'L1',
@@ -102,6 +105,28 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
     );
   }
   ack(
+    t.cleanupStateMachine,
+    'IAM5[Resource::*]',
+    'Granted by CDK for X-Ray tracing and CloudWatch Logs delivery, which have no resource-level permissions.',
+  );
+  const teardown = t.taskFunctions.find((fn) => fn.node.id === 'Teardown')!;
+  ack(
+    t.cleanupStateMachine,
+    `IAM5[Resource::<${logicalId(teardown)}.Arn>:*]`,
+    'Granted by CDK: invoke of the teardown function with any version qualifier (<function arn>:*).',
+  );
+  ack(
+    t.startFromTagRole,
+    'IAM5[Resource::*]',
+    'Granted by CDK for X-Ray tracing (PutTraceSegments), which has no resource-level permission.',
+  );
+  ack(
+    t.startFromTagRole,
+    `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(t.stateMachine)}.Name>:*]`,
+    'DescribeExecution of the execution start_from_tag named (tag-<snapshot>-<hash>) finds an existing start; ' +
+      'the statement covers the executions of this one state machine.',
+  );
+  ack(
     t.pipelinePolicy,
     `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(t.stateMachine)}.Name>:*]`,
     'Executions are named by the caller, so the statement covers the executions of this one state machine.',
@@ -120,8 +145,24 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
     );
     ack(
       t.createdVpc,
+      'IAM5[Resource::*]',
+      'The S3 prefix list lookup (lib/network.ts) calls ec2:DescribeManagedPrefixLists once per deploy; Describe* ' +
+        'calls have no resource-level permission.',
+    );
+    const provider = Stack.of(t.createdVpc).node.tryFindChild(AWS_CUSTOM_RESOURCE_PROVIDER);
+    if (provider) {
+      ack(
+        provider,
+        'IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+        'CDK\'s AwsCustomResource provider (the S3 prefix list lookup at deploy) writes its own logs with the ' +
+          'basic execution policy; it runs only while CloudFormation deploys.',
+      );
+      ack(provider, 'L1', 'CDK picks the runtime of its AwsCustomResource provider; it runs only at deploy.');
+    }
+    ack(
+      t.createdVpc,
       'EC23',
-      'Interface endpoint security groups accept HTTPS from the VPC CIDR only (CDK default); cdk-nag cannot resolve the CIDR token.',
+      'The interface endpoints\' security group accepts HTTPS from the VPC CIDR only; cdk-nag cannot resolve the CIDR token.',
     );
   }
 }

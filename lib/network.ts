@@ -1,5 +1,6 @@
-import { Fn } from 'aws-cdk-lib';
+import { Fn, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { Settings } from './settings';
 
@@ -37,8 +38,59 @@ export function transferNetwork(scope: Construct, settings: Settings): TransferN
     Ec2Messages: ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
     Logs: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
   };
+  // One security group for the four interface endpoints: HTTPS from the VPC, so the transfer instances'
+  // group can name it as its only destination besides S3.
+  const endpointSecurityGroup = new ec2.SecurityGroup(vpc, 'EndpointSecurityGroup', {
+    vpc,
+    description: 'ebs-snapshot-compactor interface endpoints (SSM, SSM messages, EC2 messages, Logs): HTTPS in',
+    allowAllOutbound: false,
+  });
+  endpointSecurityGroup.addIngressRule(ec2.Peer.ipv4(vpc.vpcCidrBlock), ec2.Port.tcp(443), 'HTTPS from the VPC');
   for (const [id, service] of Object.entries(endpoints)) {
-    vpc.addInterfaceEndpoint(`${id}Endpoint`, { service, privateDnsEnabled: true });
+    vpc.addInterfaceEndpoint(`${id}Endpoint`, {
+      service,
+      privateDnsEnabled: true,
+      securityGroups: [endpointSecurityGroup],
+      open: false,
+    });
   }
+  ENDPOINTS.set(vpc, { endpointSecurityGroup, s3PrefixListId: s3PrefixListId(vpc) });
   return { vpc, subnetIds: vpc.isolatedSubnets.map((subnet) => subnet.subnetId), createdVpc: vpc };
+}
+
+/** What the transfer instances of a stack-created VPC may reach: the endpoints and S3 (gateway). */
+export interface TransferEgress {
+  readonly endpointSecurityGroup: ec2.ISecurityGroup;
+  /** The managed prefix list com.amazonaws.<region>.s3 the S3 gateway endpoint routes. */
+  readonly s3PrefixListId: string;
+}
+
+const ENDPOINTS = new WeakMap<ec2.IVpc, TransferEgress>();
+
+/** Set for a VPC transferNetwork created; undefined for the user's VPC (README: what to allow). */
+export function transferEgress(vpc: ec2.IVpc): TransferEgress | undefined {
+  return ENDPOINTS.get(vpc);
+}
+
+/**
+ * CloudFormation has no attribute or resource that yields the id of the AWS-managed S3 prefix list (the
+ * gateway endpoint does not return it), and a synth-time lookup would need credentials. The least bad
+ * offline way: one DescribeManagedPrefixLists call at deploy time (AwsCustomResource; its function runs
+ * only while CloudFormation creates or updates the stack).
+ */
+function s3PrefixListId(scope: Construct): string {
+  const stack = Stack.of(scope);
+  const name = `com.amazonaws.${stack.region}.s3`;
+  const lookup = new cr.AwsCustomResource(scope, 'S3PrefixListLookup', {
+    onUpdate: {
+      service: 'EC2',
+      action: 'describeManagedPrefixLists',
+      parameters: { Filters: [{ Name: 'prefix-list-name', Values: [name] }] },
+      physicalResourceId: cr.PhysicalResourceId.of(`s3-prefix-list-${stack.region}`),
+      outputPaths: ['PrefixLists.0.PrefixListId'],
+    },
+    policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: cr.AwsCustomResourcePolicy.ANY_RESOURCE }),
+    installLatestAwsSdk: false,
+  });
+  return lookup.getResponseField('PrefixLists.0.PrefixListId');
 }

@@ -3,6 +3,8 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
 
 export const STACK_TAG = 'ebs-snapshot-compactor:stack';
+/** Put by check_snapshots on the new snapshots once all are completed (lambdas/compactor/tags.py). */
+export const DELIVERED_TAG = 'ebs-snapshot-compactor:delivered';
 
 export interface TaskRoleProps {
   readonly stackName: string;
@@ -12,6 +14,7 @@ export interface TaskRoleProps {
   readonly amiParameterName: string;
   readonly instanceRole: iam.IRole;
   readonly documentName: string;
+  /** Not granted today: no task reads the command log group (the summary comes from GetCommandInvocation). */
   readonly commandLogGroupArn: string;
   /** Keys the workflow may use through EC2. */
   readonly kmsKeyArns: string[];
@@ -32,46 +35,42 @@ export class TaskRole extends Construct {
       stack.formatArn({ service: 'ec2', resource, resourceName: '*', account });
     const requestTagged = { StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: props.stackName } };
     const resourceTagged = { StringEquals: { [`aws:ResourceTag/${STACK_TAG}`]: props.stackName } };
+    const launchTemplateArn = stack.formatArn({
+      service: 'ec2',
+      resource: 'launch-template',
+      resourceName: props.launchTemplateId,
+    });
+    // Every resource RunInstances authorizes carries ec2:LaunchTemplate when the call names a template
+    // (IAM data: all of them except the Spot request), so nothing can be launched without the stack's own.
+    const withTheStacksTemplate = { 'ec2:LaunchTemplate': launchTemplateArn };
     const statements: iam.PolicyStatement[] = [
+      // Exactly the Describe/Get calls of lambdas/compactor (the twin's IAM check fails on any other).
       new iam.PolicyStatement({
         sid: 'Describe',
         actions: [
           'ec2:DescribeSnapshots',
-          'ec2:DescribeSnapshotAttribute',
           'ec2:DescribeImages',
           'ec2:DescribeImageAttribute',
           'ec2:DescribeInstances',
-          'ec2:DescribeInstanceStatus',
-          'ec2:DescribeInstanceTypes',
           'ec2:DescribeVolumes',
-          'ec2:DescribeSubnets',
           'ec2:DescribeAvailabilityZones',
-          'ec2:DescribeLaunchTemplateVersions',
           'ec2:DescribeFastSnapshotRestores',
-          'ec2:DescribeTags',
-          'ec2:GetEbsEncryptionByDefault',
           'ec2:GetEbsDefaultKmsKeyId',
           'ssm:DescribeInstanceInformation',
           'ssm:GetCommandInvocation',
-          'ssm:ListCommandInvocations',
         ],
         resources: ['*'],
       }),
       new iam.PolicyStatement({
-        sid: 'ListSnapshotBlocks',
-        actions: ['ebs:ListSnapshotBlocks'],
-        resources: [
-          stack.formatArn({ service: 'ec2', resource: 'snapshot', resourceName: '*', account: '' }),
-        ],
-      }),
-      new iam.PolicyStatement({
-        sid: 'CreateTaggedInstancesAndVolumes',
-        actions: ['ec2:RunInstances', 'ec2:CreateVolume'],
+        sid: 'LaunchTaggedInstancesAndVolumesFromTheStacksTemplate',
+        actions: ['ec2:RunInstances'],
         resources: [ec2Arn('instance'), ec2Arn('volume')],
-        conditions: requestTagged,
+        conditions: {
+          StringEquals: { ...requestTagged.StringEquals, ...withTheStacksTemplate },
+        },
       }),
       new iam.PolicyStatement({
-        sid: 'RunInstancesWithTheStacksTemplateNetworkAndAnySnapshotOrImage',
+        sid: 'RunInstancesWithTheStacksTemplateAndNetwork',
         actions: ['ec2:RunInstances'],
         resources: [
           ...props.subnetIds.map((subnetId) =>
@@ -82,18 +81,27 @@ export class TaskRole extends Construct {
             resource: 'security-group',
             resourceName: props.securityGroupId,
           }),
-          stack.formatArn({
-            service: 'ec2',
-            resource: 'launch-template',
-            resourceName: props.launchTemplateId,
-          }),
+          launchTemplateArn,
           ec2Arn('network-interface'),
-          // The Spot request of a Spot launch; it ends with the instance and is never acted on later.
-          ec2Arn('spot-instances-request'),
-          // Images and snapshots may belong to other accounts (public AL2023 AMIs, shared snapshots).
-          ec2Arn('image', ''),
+          // The AMI's own snapshots (no source snapshot is mapped at launch any more).
           ec2Arn('snapshot', ''),
         ],
+        conditions: { StringEquals: withTheStacksTemplate },
+      }),
+      new iam.PolicyStatement({
+        sid: 'RunInstancesOnlyFromAmazonOwnedImages',
+        actions: ['ec2:RunInstances'],
+        // The template's image is the public AL2023 AMI of an SSM parameter (resolve:ssm:); EC2 authorizes the
+        // resolved image, whose owner alias is "amazon".
+        resources: [ec2Arn('image', '')],
+        conditions: { StringEquals: { ...withTheStacksTemplate, 'ec2:Owner': 'amazon' } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'RunSpotInstances',
+        actions: ['ec2:RunInstances'],
+        // The Spot request of a Spot launch; it ends with the instance and is never acted on later. It has no
+        // ec2:LaunchTemplate key; the instance statement above still requires the template.
+        resources: [ec2Arn('spot-instances-request')],
       }),
       new iam.PolicyStatement({
         sid: 'ResolveTheAmiParameterOfTheLaunchTemplate',
@@ -106,6 +114,18 @@ export class TaskRole extends Construct {
             account: '',
           }),
         ],
+      }),
+      new iam.PolicyStatement({
+        sid: 'CreateTaggedVolumes',
+        actions: ['ec2:CreateVolume'],
+        resources: [ec2Arn('volume')],
+        conditions: requestTagged,
+      }),
+      new iam.PolicyStatement({
+        sid: 'CreateVolumesFromAnySourceSnapshot',
+        actions: ['ec2:CreateVolume'],
+        // Source snapshots may be shared by other accounts; the volume must carry the stack tag (above).
+        resources: [ec2Arn('snapshot', '')],
       }),
       new iam.PolicyStatement({
         sid: 'TagOnlyWhileCreating',
@@ -121,6 +141,18 @@ export class TaskRole extends Construct {
           StringEquals: {
             'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
           },
+        },
+      }),
+      new iam.PolicyStatement({
+        sid: 'MarkTheStacksSnapshotsDelivered',
+        actions: ['ec2:CreateTags'],
+        resources: [ec2Arn('snapshot', '')],
+        conditions: {
+          StringEquals: {
+            ...resourceTagged.StringEquals,
+            [`aws:RequestTag/${DELIVERED_TAG}`]: 'true',
+          },
+          'ForAllValues:StringEquals': { 'aws:TagKeys': [DELIVERED_TAG] },
         },
       }),
       new iam.PolicyStatement({
@@ -146,12 +178,10 @@ export class TaskRole extends Construct {
         actions: [
           'ec2:TerminateInstances',
           'ec2:AttachVolume',
-          'ec2:DetachVolume',
           'ec2:DeleteVolume',
           'ec2:DeleteSnapshot',
           'ec2:DeregisterImage',
           'ec2:EnableFastSnapshotRestores',
-          'ec2:DisableFastSnapshotRestores',
         ],
         resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('snapshot', ''), ec2Arn('image', '')],
         conditions: resourceTagged,
@@ -191,18 +221,11 @@ export class TaskRole extends Construct {
         conditions: { StringEquals: { [`ssm:resourceTag/${STACK_TAG}`]: props.stackName } },
       }),
       new iam.PolicyStatement({
-        sid: 'ReadCommandOutput',
-        actions: ['logs:GetLogEvents', 'logs:FilterLogEvents', 'logs:DescribeLogStreams'],
-        resources: [props.commandLogGroupArn],
-      }),
-      new iam.PolicyStatement({
         sid: 'UseKeysOnlyThroughEc2',
         actions: [
           'kms:Decrypt',
-          'kms:Encrypt',
           'kms:ReEncrypt*',
           'kms:GenerateDataKeyWithoutPlaintext',
-          'kms:DescribeKey',
           'kms:CreateGrant',
         ],
         resources: props.kmsKeyArns,

@@ -3,6 +3,8 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 import { Architecture } from './settings';
+import { transferEgress } from './network';
+import { ssmAgentPolicyDocument } from './ssm-agent-policy';
 
 export const AL2023_AMI_PARAMETER: Record<Architecture, string> = {
   x86_64: '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64',
@@ -42,7 +44,12 @@ export class TransferInstance extends Construct {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
       description:
         'ebs-snapshot-compactor transfer instance: SSM-managed, writes Command output to its log group',
-      managedPolicies: [iam.ManagedPolicy.fromAwsManagedPolicyName('AmazonSSMManagedInstanceCore')],
+    });
+    // AmazonSSMManagedInstanceCore without ssm:GetParameter(s) (every parameter, SecureStrings included;
+    // nothing on the instance reads parameters), generated from the pinned copy of the managed policy.
+    new iam.Policy(this.role, 'SsmAgentPolicy', {
+      roles: [this.role],
+      document: ssmAgentPolicyDocument(),
     });
     // The SSM agent checks for the log group, then creates a stream per command and writes to it.
     this.role.addToPolicy(
@@ -64,11 +71,27 @@ export class TransferInstance extends Construct {
         'ebs-snapshot-compactor transfer instances: no inbound; HTTPS out to the SSM, Logs and S3 endpoints',
       allowAllOutbound: false,
     });
-    this.securityGroup.addEgressRule(
-      ec2.Peer.anyIpv4(),
-      ec2.Port.tcp(443),
-      'HTTPS to AWS APIs (SSM, Logs, S3)',
-    );
+    const egress = transferEgress(props.vpc);
+    if (egress) {
+      // The stack's own VPC: only its interface endpoints and S3 through the gateway endpoint.
+      this.securityGroup.addEgressRule(
+        egress.endpointSecurityGroup,
+        ec2.Port.tcp(443),
+        'HTTPS to the SSM, SSM messages, EC2 messages and Logs endpoints',
+      );
+      this.securityGroup.addEgressRule(
+        ec2.Peer.prefixList(egress.s3PrefixListId),
+        ec2.Port.tcp(443),
+        'HTTPS to S3 through the gateway endpoint',
+      );
+    } else {
+      // The user's VPC: its routes decide where 443 goes; README ("Security") says what to allow instead.
+      this.securityGroup.addEgressRule(
+        ec2.Peer.anyIpv4(),
+        ec2.Port.tcp(443),
+        'HTTPS to AWS APIs (SSM, Logs, S3)',
+      );
+    }
 
     this.amiParameterName = AL2023_AMI_PARAMETER[props.architecture];
     this.launchTemplate = new ec2.LaunchTemplate(this, 'LaunchTemplate', {
