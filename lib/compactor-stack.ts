@@ -3,6 +3,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
+import { CleanupWorkflow } from './cleanup-workflow';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
 import { transferNetwork } from './network';
@@ -19,6 +20,7 @@ export interface CompactorStackProps extends StackProps {
 
 export class CompactorStack extends Stack {
   public readonly workflow: CompactionWorkflow;
+  public readonly cleanup: CleanupWorkflow;
 
   constructor(scope: Construct, id: string, props: CompactorStackProps) {
     super(scope, id, { ...props, stackName: props.settings.stackName });
@@ -59,7 +61,9 @@ export class CompactorStack extends Stack {
         STACK_NAME: settings.stackName,
         SUBNET_IDS: network.subnetIds.join(','),
         LAUNCH_TEMPLATE_ID: transfer.launchTemplate.launchTemplateId!,
-        INSTANCE_TYPES: settings.instanceTypes.join(','),
+        // Empty = prepare picks the types by the bytes to copy and ARCHITECTURE.
+        INSTANCE_TYPES: settings.instanceTypes?.join(',') ?? '',
+        ARCHITECTURE: settings.architecture,
         ALLOW_ON_DEMAND: String(settings.allowOnDemand),
         SOURCE_VOLUME_IOPS: String(settings.sourceVolumeIops),
         SOURCE_VOLUME_THROUGHPUT: String(settings.sourceVolumeThroughput),
@@ -72,6 +76,9 @@ export class CompactorStack extends Stack {
         MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
         ROOT_DEVICE_NAME,
         ROOT_VOLUME_GIB: String(ROOT_VOLUME_GIB),
+        STATE_MACHINE_TIMEOUT_MINUTES: String(settings.stateMachineTimeoutMinutes),
+        // The shortest compaction poll interval the plan may choose.
+        COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
       },
     });
     taskRole.allowLogging(tasks.logGroupArns);
@@ -86,11 +93,18 @@ export class CompactorStack extends Stack {
       logGroup: workflowLogGroup,
     });
     const stateMachine = this.workflow.stateMachine;
+    this.cleanup = new CleanupWorkflow(this, 'Cleanup', {
+      settings,
+      teardownFunction: tasks.functions.teardown,
+      logGroup: new logs.LogGroup(this, 'CleanupLogs', { retention, removalPolicy: RemovalPolicy.DESTROY }),
+    });
 
+    // After the state machine: start_from_tag's environment names it (the definition never names start_from_tag).
     const triggers = new Triggers(this, 'Triggers', {
       stateMachine,
+      cleanupStateMachine: this.cleanup.stateMachine,
       triggerTagKey: settings.triggerTagKey,
-      teardownFunction: tasks.functions.teardown,
+      taskFunctionShared: tasks.shared,
     });
 
     const arnParameter = new ssm.StringParameter(this, 'StateMachineArnParameter', {
@@ -138,8 +152,11 @@ export class CompactorStack extends Stack {
     acknowledgeNagFindings({
       taskRole: taskRole.role,
       taskFunctions: Object.values(tasks.functions),
+      startFromTag: triggers.startFromTag,
+      startFromTagRole: triggers.startFromTagRole,
       instanceRole: transfer.role,
       stateMachine,
+      cleanupStateMachine: this.cleanup.stateMachine,
       pipelinePolicy,
       deadLetterQueue: triggers.deadLetterQueue,
       createdVpc: network.createdVpc,

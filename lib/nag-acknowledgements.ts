@@ -154,7 +154,7 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
       ack(
         provider,
         'IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
-        'CDK\'s AwsCustomResource provider (the S3 prefix list lookup at deploy) writes its own logs with the ' +
+        "CDK's AwsCustomResource provider (the S3 prefix list lookup at deploy) writes its own logs with the " +
           'basic execution policy; it runs only while CloudFormation deploys.',
       );
       ack(provider, 'L1', 'CDK picks the runtime of its AwsCustomResource provider; it runs only at deploy.');
@@ -162,7 +162,7 @@ export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
     ack(
       t.createdVpc,
       'EC23',
-      'The interface endpoints\' security group accepts HTTPS from the VPC CIDR only; cdk-nag cannot resolve the CIDR token.',
+      "The interface endpoints' security group accepts HTTPS from the VPC CIDR only; cdk-nag cannot resolve the CIDR token.",
     );
   }
 }

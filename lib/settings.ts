@@ -17,7 +17,8 @@ export interface Settings {
   /** Both given: use this VPC and these subnets; both absent: the stack creates a small private VPC. */
   readonly vpcId?: string;
   readonly subnetIds?: string[];
-  readonly instanceTypes: string[];
+  /** Undefined = prepare picks the types by the bytes to copy and the architecture (README "Settings"). */
+  readonly instanceTypes?: string[];
   readonly architecture: Architecture;
   readonly allowOnDemand: boolean;
   readonly sourceVolumeIops: number;
@@ -27,7 +28,14 @@ export interface Settings {
   readonly maxVolumeGiB: number;
   readonly triggerTagKey: string;
   readonly maxLaunchAttempts: number;
+  /** Prepare is called until every source snapshot is `completed`. */
+  readonly sourcePoll: PollLoopSettings;
   readonly readyPoll: PollLoopSettings;
+  readonly attachPoll: PollLoopSettings;
+  /**
+   * intervalSeconds: the shortest interval the plan may choose (env COMPACTION_POLL_SECONDS); maxAttempts:
+   * always COMPACTION_POLL_MAX_ATTEMPTS, the cap of the plan's attempts that the history budget counts.
+   */
   readonly compactionPoll: PollLoopSettings;
   readonly snapshotPoll: PollLoopSettings;
   readonly teardownPoll: PollLoopSettings;
@@ -39,11 +47,11 @@ export interface Settings {
   readonly logRetentionDays: number;
 }
 
-/** Nitro (NVMe device names, EBS-optimized), not burstable, cheap on Spot; README.md ("Settings") says why. */
-export const DEFAULT_INSTANCE_TYPES: Record<Architecture, string[]> = {
-  x86_64: ['m7i.large', 'm6i.large', 'c6i.large', 'm5.large', 'c5.large'],
-  arm64: ['m7g.large', 'm6g.large', 'c7g.large', 'c6g.large', 'r6g.large'],
-};
+/**
+ * The compaction poll's interval and attempts come from the plan (sized by the bytes to copy); the plan
+ * never asks for more calls than this, and the Choice of the loop stops here whatever the plan says.
+ */
+export const COMPACTION_POLL_MAX_ATTEMPTS = 360;
 
 /** Step Functions fails an execution at 25,000 history events, without running the teardown. */
 export const HISTORY_EVENT_LIMIT = 25_000;
@@ -91,6 +99,13 @@ export function readSettings(context: ContextSource): Settings {
         `IOPS (gp3 allows 0.25 MiB/s per IOPS); raise "sourceVolumeIops" (now ${sourceVolumeIops}) or lower the throughput.`,
     );
   }
+  if (reader.isSet('compactionPollMaxAttempts')) {
+    throw new SettingsError(
+      'Context "compactionPollMaxAttempts" is no longer a setting: prepare sizes the compaction poll from the ' +
+        `bytes to copy (at most ${COMPACTION_POLL_MAX_ATTEMPTS} calls, the interval grows instead); ` +
+        '"compactionPollSeconds" sets the shortest interval.',
+    );
+  }
   const volumeInitializationRate = reader.integer('volumeInitializationRate', 0, 0, 300);
   if (volumeInitializationRate !== 0 && volumeInitializationRate < 100) {
     throw new SettingsError(
@@ -106,9 +121,8 @@ export function readSettings(context: ContextSource): Settings {
     ),
     vpcId,
     subnetIds,
-    instanceTypes: reader.list(
+    instanceTypes: reader.optionalList(
       'instanceTypes',
-      DEFAULT_INSTANCE_TYPES[architecture],
       /^[a-z][a-z0-9-]*\.[a-z0-9]+$/,
       'instance types like m7i.large',
     ),
@@ -125,10 +139,15 @@ export function readSettings(context: ContextSource): Settings {
       'a tag key of at most 128 characters that does not start with "aws:" or "ebs-snapshot-compactor:"',
     ),
     maxLaunchAttempts: reader.integer('maxLaunchAttempts', 3, 1, 10),
+    sourcePoll: reader.pollLoop('sourcePoll', 60, 360),
     readyPoll: reader.pollLoop('readyPoll', 15, 40),
-    compactionPoll: reader.pollLoop('compactionPoll', 120, 360),
+    attachPoll: reader.pollLoop('attachPoll', 10, 60),
+    compactionPoll: {
+      intervalSeconds: reader.integer('compactionPollSeconds', 120, 5, 3600),
+      maxAttempts: COMPACTION_POLL_MAX_ATTEMPTS,
+    },
     snapshotPoll: reader.pollLoop('snapshotPoll', 120, 360),
-    teardownPoll: reader.pollLoop('teardownPoll', 15, 40),
+    teardownPoll: reader.pollLoop('teardownPoll', 30, 20),
     stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes', 2880, 10, 525600),
     kmsKeyArns: reader.optionalList(
       'kmsKeyArns',
@@ -152,13 +171,19 @@ export function readSettings(context: ContextSource): Settings {
 }
 
 /**
- * Worst case: every launch attempt waits, compacts and tears down to its bound, then the snapshot loop and
- * two teardowns (success, then a failed report) run to theirs.
+ * Worst case: prepare polls the sources to its bound; every launch attempt waits, attaches, compacts
+ * (the plan's attempts, at most COMPACTION_POLL_MAX_ATTEMPTS) and tears down to its bound; then the
+ * snapshot loop and two more teardowns (success, then the warnings chain's or the failure chain's) run to theirs.
  */
 export function worstCaseHistoryEvents(s: Settings): number {
-  const perLaunch = s.readyPoll.maxAttempts + s.compactionPoll.maxAttempts + s.teardownPoll.maxAttempts;
+  const compaction = Math.max(s.compactionPoll.maxAttempts, COMPACTION_POLL_MAX_ATTEMPTS);
+  const perLaunch =
+    s.readyPoll.maxAttempts + s.attachPoll.maxAttempts + compaction + s.teardownPoll.maxAttempts;
   const iterations =
-    s.maxLaunchAttempts * perLaunch + s.snapshotPoll.maxAttempts + 2 * s.teardownPoll.maxAttempts;
+    s.sourcePoll.maxAttempts +
+    s.maxLaunchAttempts * perLaunch +
+    s.snapshotPoll.maxAttempts +
+    2 * s.teardownPoll.maxAttempts;
   return iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS;
 }
 
@@ -180,6 +205,10 @@ class ContextReader {
   private raw(key: string): unknown {
     const value = this.context.tryGetContext(key);
     return value === '' || value === null ? undefined : value;
+  }
+
+  isSet(key: string): boolean {
+    return this.raw(key) !== undefined;
   }
 
   string(key: string, fallback: string, pattern: RegExp, what: string): string {

@@ -7,10 +7,11 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
 
 /** One Lambda per workflow task; the handler is `compactor.handlers.<module>.handler` (docs/contract.md). */
-export const TASK_MODULES = [
+export const WORKFLOW_TASK_MODULES = [
   'prepare',
   'launch',
   'check_instance',
+  'attach_volumes',
   'start_compaction',
   'check_compaction',
   'create_snapshots',
@@ -20,17 +21,41 @@ export const TASK_MODULES = [
   'teardown',
   'report',
 ] as const;
+export type WorkflowTaskModule = (typeof WORKFLOW_TASK_MODULES)[number];
+
+/** Every function of the stack: the workflow tasks plus the tag rule's target, which starts executions. */
+export const TASK_MODULES = [...WORKFLOW_TASK_MODULES, 'start_from_tag'] as const;
 export type TaskModule = (typeof TASK_MODULES)[number];
 
 export const LAMBDAS_DIR = path.join(__dirname, '..', 'lambdas');
 export const POWERTOOLS_LAYER_PARAMETER = '/aws/service/powertools/python/x86_64/python3.13/latest';
 
-/** Launch tries many pools and teardown waits on several API calls; the others are single calls. */
-const TIMEOUTS: Partial<Record<TaskModule, Duration>> = {
-  launch: Duration.minutes(5),
-  teardown: Duration.minutes(2),
+/**
+ * Lambda timeout of each function. Launch tries many pools; prepare, attach_volumes and teardown make
+ * several API calls per volume; the others are single calls. The cleanup workflow waits past the longest
+ * workflow task (longestWorkflowTaskTimeout), so this table is the one place these numbers live.
+ */
+export const TASK_TIMEOUTS: Record<TaskModule, Duration> = {
   prepare: Duration.minutes(2),
+  launch: Duration.minutes(5),
+  check_instance: Duration.minutes(1),
+  attach_volumes: Duration.minutes(2),
+  start_compaction: Duration.minutes(1),
+  check_compaction: Duration.minutes(1),
+  create_snapshots: Duration.minutes(1),
+  check_snapshots: Duration.minutes(1),
+  register_image: Duration.minutes(1),
+  enable_fast_snapshot_restore: Duration.minutes(1),
+  teardown: Duration.minutes(2),
+  report: Duration.minutes(1),
+  start_from_tag: Duration.minutes(1),
 };
+
+/** The longest a task of the main workflow can still be running after its execution ended. */
+export function longestWorkflowTaskTimeout(): Duration {
+  const seconds = Math.max(...WORKFLOW_TASK_MODULES.map((module) => TASK_TIMEOUTS[module].toSeconds()));
+  return Duration.seconds(seconds);
+}
 
 /** Tests, caches and packaging metadata stay out of the deployed code. */
 const LAMBDA_ASSET_EXCLUDES = [
@@ -95,23 +120,27 @@ export function createTaskFunction(
     role: shared.role,
     environment: shared.environment,
     memorySize: 256,
-    timeout: TIMEOUTS[module] ?? Duration.minutes(1),
+    timeout: TASK_TIMEOUTS[module],
     tracing: lambda.Tracing.ACTIVE,
     logGroup,
     loggingFormat: lambda.LoggingFormat.JSON,
   });
 }
 
-/** Every task function of docs/contract.md; tests and the twin find them by their Handler. */
+/**
+ * Every workflow task function of docs/contract.md; tests and the twin find them by their Handler.
+ * `shared` lets the triggers make start_from_tag with the same factory (its own role and one more key).
+ */
 export class TaskFunctions extends Construct {
-  public readonly functions: Record<TaskModule, lambda.Function>;
+  public readonly functions: Record<WorkflowTaskModule, lambda.Function>;
+  public readonly shared: TaskFunctionShared;
 
   constructor(scope: Construct, id: string, props: TaskFunctionsProps) {
     super(scope, id);
     const layerArn =
       props.powertoolsLayerArn ??
       ssm.StringParameter.valueForStringParameter(this, POWERTOOLS_LAYER_PARAMETER);
-    const shared: TaskFunctionShared = {
+    this.shared = {
       code: lambda.Code.fromAsset(LAMBDAS_DIR, { exclude: LAMBDA_ASSET_EXCLUDES }),
       powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
       role: props.role,
@@ -124,8 +153,8 @@ export class TaskFunctions extends Construct {
       },
     };
     this.functions = Object.fromEntries(
-      TASK_MODULES.map((module) => [module, createTaskFunction(this, module, shared)]),
-    ) as Record<TaskModule, lambda.Function>;
+      WORKFLOW_TASK_MODULES.map((module) => [module, createTaskFunction(this, module, this.shared)]),
+    ) as Record<WorkflowTaskModule, lambda.Function>;
   }
 
   /** ARNs of the functions' log groups (ending in :*), for the role's logging statement. */

@@ -1,30 +1,40 @@
-import { Duration } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Stack } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { createTaskFunction, TaskFunctionShared } from './task-functions';
 
 export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 
+/** Main executions that end here never ran their own teardown (or not to its end). */
+export const CLEANUP_STATUSES = ['FAILED', 'TIMED_OUT', 'ABORTED'];
+
 export interface TriggersProps {
-  readonly stateMachine: sfn.IStateMachine;
+  readonly stateMachine: sfn.StateMachine;
+  /** Started for every main execution that ends FAILED, TIMED_OUT or ABORTED. */
+  readonly cleanupStateMachine: sfn.IStateMachine;
   readonly triggerTagKey: string;
-  /** Runs once more with outcome failure when an execution ends without its own teardown. */
-  readonly teardownFunction: lambda.IFunction;
+  /** The task functions' shared code, layer and environment; start_from_tag gets its own role. */
+  readonly taskFunctionShared: TaskFunctionShared;
 }
 
 /**
- * Tag trigger: adding the trigger tag to a snapshot starts an execution for it. Snapshots made by the
- * workflow carry the source-snapshot lineage tag and are ignored, so an output never triggers again.
- * Safety net: a timed-out or aborted execution never reaches its teardown states, so its end event
- * invokes the teardown function directly.
+ * Tag trigger: adding the trigger tag to a snapshot invokes start_from_tag, which starts an execution named
+ * after the snapshot and the tag value, so a duplicate event is a no-op. Snapshots made by the workflow
+ * carry the source-snapshot lineage tag and are ignored, so an output never triggers again.
+ * Safety net: a failed, timed-out or aborted execution may not have run its teardown to the end, so its end
+ * event starts the cleanup state machine.
  */
 export class Triggers extends Construct {
   public readonly tagRule: events.Rule;
   public readonly cleanupRule: events.Rule;
   public readonly deadLetterQueue: sqs.Queue;
+  public readonly startFromTag: lambda.Function;
+  public readonly startFromTagRole: iam.Role;
 
   constructor(scope: Construct, id: string, props: TriggersProps) {
     super(scope, id);
@@ -33,6 +43,53 @@ export class Triggers extends Construct {
       enforceSSL: true,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
     });
+    const targetDelivery = {
+      deadLetterQueue: this.deadLetterQueue,
+      retryAttempts: 8,
+      maxEventAge: Duration.hours(2),
+    };
+
+    this.startFromTagRole = new iam.Role(this, 'StartFromTagRole', {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: `ebs-snapshot-compactor tag trigger: starts executions of ${Stack.of(this).stackName}`,
+    });
+    this.startFromTag = createTaskFunction(this, 'start_from_tag', {
+      ...props.taskFunctionShared,
+      role: this.startFromTagRole,
+      environment: {
+        ...props.taskFunctionShared.environment,
+        STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
+      },
+    });
+    this.startFromTagRole.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'StartCompactions',
+        actions: ['states:StartExecution'],
+        resources: [props.stateMachine.stateMachineArn],
+      }),
+    );
+    this.startFromTagRole.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'FindExistingExecution',
+        actions: ['states:DescribeExecution'],
+        resources: [
+          Stack.of(this).formatArn({
+            service: 'states',
+            resource: 'execution',
+            resourceName: `${props.stateMachine.stateMachineName}:*`,
+            arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+          }),
+        ],
+      }),
+    );
+    this.startFromTagRole.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'WriteOwnLogs',
+        actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+        resources: [this.startFromTag.logGroup.logGroupArn],
+      }),
+    );
+
     this.tagRule = new events.Rule(this, 'TagRule', {
       description: `Start a compaction when a snapshot gets the tag "${props.triggerTagKey}"`,
       eventPattern: {
@@ -49,38 +106,28 @@ export class Triggers extends Construct {
         },
       },
     });
-    this.tagRule.addTarget(
-      new targets.SfnStateMachine(props.stateMachine, {
-        input: events.RuleTargetInput.fromObject({
-          snapshotId: events.EventField.fromPath('$.resources[0]'),
-        }),
-        deadLetterQueue: this.deadLetterQueue,
-        retryAttempts: 8,
-        maxEventAge: Duration.hours(2),
-      }),
-    );
+    // The whole event: start_from_tag needs the tag value for the execution name.
+    this.tagRule.addTarget(new targets.LambdaFunction(this.startFromTag, targetDelivery));
 
     this.cleanupRule = new events.Rule(this, 'CleanupRule', {
-      description: 'Tear down what a timed-out or aborted compaction left behind',
+      description: 'Clean up after a compaction that failed, timed out or was aborted',
       eventPattern: {
         source: ['aws.states'],
         detailType: ['Step Functions Execution Status Change'],
         detail: {
           stateMachineArn: [props.stateMachine.stateMachineArn],
-          status: ['TIMED_OUT', 'ABORTED'],
+          status: CLEANUP_STATUSES,
         },
       },
     });
     this.cleanupRule.addTarget(
-      new targets.LambdaFunction(props.teardownFunction, {
-        event: events.RuleTargetInput.fromObject({
+      new targets.SfnStateMachine(props.cleanupStateMachine, {
+        input: events.RuleTargetInput.fromObject({
           executionName: events.EventField.fromPath('$.detail.name'),
-          outcome: 'failure',
-          keep: { snapshotIds: [], imageId: null },
+          executionArn: events.EventField.fromPath('$.detail.executionArn'),
+          status: events.EventField.fromPath('$.detail.status'),
         }),
-        deadLetterQueue: this.deadLetterQueue,
-        retryAttempts: 8,
-        maxEventAge: Duration.hours(2),
+        ...targetDelivery,
       }),
     );
   }

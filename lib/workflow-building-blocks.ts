@@ -19,6 +19,7 @@ export const PHASES = [
   'prepare',
   'launch',
   'waitReady',
+  'attach',
   'compaction',
   'snapshot',
   'registerImage',
@@ -29,7 +30,7 @@ export const PHASES = [
 export type Phase = (typeof PHASES)[number];
 
 /** Keys of `$.polls`: the call counter of each poll loop. */
-export const POLL_LOOPS = ['ready', 'compaction', 'snapshot', 'teardown'] as const;
+export const POLL_LOOPS = ['sources', 'ready', 'attach', 'compaction', 'snapshot', 'teardown'] as const;
 export type PollLoop = (typeof POLL_LOOPS)[number];
 
 /** Where a failed or timed-out step leaves its error and where the execution goes next. */
@@ -45,11 +46,25 @@ export interface SpecificCatch {
   readonly route: ErrorRoute;
 }
 
+/**
+ * A bound read from the state at run time (e.g. the plan sizes the compaction poll from the bytes to copy),
+ * with a fixed cap on the calls that holds whatever the state says (the history budget counts on it).
+ */
+export interface PathBound {
+  /** JSONPath of the seconds between two calls (a Wait SecondsPath). */
+  readonly intervalSecondsPath: string;
+  /** JSONPath of the number of calls before the loop gives up. */
+  readonly maxAttemptsPath: string;
+  /** The loop gives up at this many calls even if the state allows more. */
+  readonly maxAttemptsCap: number;
+}
+
 export interface PollLoopOptions {
   /** Prefix of the loop's state names, e.g. "Wait until ready". */
   readonly name: string;
   readonly counter: PollLoop;
-  readonly bound: PollLoopSettings;
+  /** Fixed (stack settings) or read from the state. */
+  readonly bound: PollLoopSettings | PathBound;
   /** Called once per iteration; its retry and catch are already set. */
   readonly task: sfn.TaskStateBase;
   /** True when the task reports that the awaited thing happened. */
@@ -137,7 +152,10 @@ export class WorkflowBuilder {
     });
   }
 
-  /** Puts a fixed `{"Error", "Cause"}` where the route keeps errors, then follows the route. */
+  /**
+   * Puts `{"Error", "Cause"}` where the route keeps errors, then follows the route. The cause may be a
+   * JsonPath token (e.g. JsonPath.format) to name what was still missing.
+   */
   raise(id: string, error: string, cause: string, route: ErrorRoute, comment?: string): sfn.Pass {
     const pass = new sfn.Pass(this.scope, id, {
       comment,
@@ -153,9 +171,14 @@ export class WorkflowBuilder {
    * otherwise counter + 1 → Wait → task. The state machine timeout bounds the total on top.
    */
   pollLoop(o: PollLoopOptions): sfn.Chain {
+    const counter = `$.polls.${o.counter}`;
+    const fixed = 'maxAttempts' in o.bound ? o.bound : undefined;
+    const byPath = 'maxAttemptsPath' in o.bound ? o.bound : undefined;
     const reset = this.setCounter(`${o.name}: first call`, o.counter, 'reset');
     const wait = new sfn.Wait(this.scope, `${o.name}: wait`, {
-      time: sfn.WaitTime.duration(Duration.seconds(o.bound.intervalSeconds)),
+      time: fixed
+        ? sfn.WaitTime.duration(Duration.seconds(fixed.intervalSeconds))
+        : sfn.WaitTime.secondsPath(byPath!.intervalSecondsPath),
     });
     const increment = this.setCounter(`${o.name}: count call`, o.counter, 'increment');
     const done = new sfn.Pass(this.scope, `${o.name}: done`);
@@ -164,12 +187,19 @@ export class WorkflowBuilder {
       o.timeoutError,
       o.timeoutCause,
       o.onTimeout,
-      `${o.bound.maxAttempts} calls ${o.bound.intervalSeconds} s apart`,
+      fixed
+        ? `${fixed.maxAttempts} calls ${fixed.intervalSeconds} s apart`
+        : `${byPath!.maxAttemptsPath} calls (at most ${byPath!.maxAttemptsCap}) ${byPath!.intervalSecondsPath} s apart`,
     );
-    const check = new sfn.Choice(this.scope, `${o.name}: check`)
-      .when(o.done, done)
-      .when(sfn.Condition.numberGreaterThanEquals(`$.polls.${o.counter}`, o.bound.maxAttempts), timedOut)
-      .otherwise(increment);
+    const check = new sfn.Choice(this.scope, `${o.name}: check`).when(o.done, done);
+    if (fixed) {
+      check.when(sfn.Condition.numberGreaterThanEquals(counter, fixed.maxAttempts), timedOut);
+    } else {
+      check
+        .when(sfn.Condition.numberGreaterThanEqualsJsonPath(counter, byPath!.maxAttemptsPath), timedOut)
+        .when(sfn.Condition.numberGreaterThanEquals(counter, byPath!.maxAttemptsCap), timedOut);
+    }
+    check.otherwise(increment);
     reset.next(o.waitFirst ? wait : o.task);
     wait.next(o.task);
     o.task.next(check);

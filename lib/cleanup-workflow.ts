@@ -1,0 +1,100 @@
+import { Duration } from 'aws-cdk-lib';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import { Construct } from 'constructs';
+import { Settings } from './settings';
+import { longestWorkflowTaskTimeout } from './task-functions';
+import { POLL_LOOPS, WorkflowBuilder } from './workflow-building-blocks';
+import { NO_KEEP } from './workflow';
+
+/** Margin past the longest task: its Lambda call ends by then, and tag-filtered Describe* calls have caught up. */
+export const CLEANUP_MARGIN = Duration.seconds(60);
+
+/** The wait before the cleanup's first teardown: the longest main-workflow task timeout + the margin. */
+export function cleanupWaitSeconds(): number {
+  return longestWorkflowTaskTimeout().toSeconds() + CLEANUP_MARGIN.toSeconds();
+}
+
+export interface CleanupWorkflowProps {
+  readonly settings: Settings;
+  readonly teardownFunction: lambda.IFunction;
+  readonly logGroup: logs.ILogGroup;
+}
+
+/**
+ * Started by the cleanup rule when a main execution ends FAILED, TIMED_OUT or ABORTED without its own
+ * teardown. Input `{"executionName", "executionArn", "status"}`. It waits until no task Lambda of that
+ * execution can still be running (a launch in flight would otherwise land its instance after the
+ * cleanup), then calls teardown with outcome `cleanup` until nothing tagged with the execution remains
+ * (bounded: TeardownIncomplete). Delivered snapshots and their AMIs are kept by teardown itself.
+ */
+export class CleanupWorkflow extends Construct {
+  public readonly stateMachine: sfn.StateMachine;
+
+  constructor(scope: Construct, id: string, props: CleanupWorkflowProps) {
+    super(scope, id);
+    const b = new WorkflowBuilder(this);
+    const bound = props.settings.teardownPoll;
+
+    const failed = new sfn.Fail(this, 'Cleanup failed', {
+      errorPath: '$.error.Error',
+      causePath: '$.error.Cause',
+    });
+    const onError = { next: failed, resultPath: '$.error' };
+    const start = new sfn.Pass(this, 'Start', {
+      comment: 'The ended execution and the poll counters the teardown loop keeps',
+      parameters: {
+        executionName: sfn.JsonPath.stringAt('$.executionName'),
+        executionArn: sfn.JsonPath.stringAt('$.executionArn'),
+        status: sfn.JsonPath.stringAt('$.status'),
+        polls: Object.fromEntries(POLL_LOOPS.map((loop) => [loop, 0])),
+      },
+    });
+    const wait = new sfn.Wait(this, 'Wait past the longest task', {
+      comment:
+        'Longest task Lambda timeout of the main workflow + 60 s (lib/task-functions.ts TASK_TIMEOUTS)',
+      time: sfn.WaitTime.duration(Duration.seconds(cleanupWaitSeconds())),
+    });
+    const teardown = b.pollLoop({
+      name: 'Cleanup teardown',
+      counter: 'teardown',
+      bound,
+      task: b.task(
+        'Cleanup teardown',
+        props.teardownFunction,
+        sfn.TaskInput.fromObject({
+          executionName: sfn.JsonPath.stringAt('$.executionName'),
+          outcome: 'cleanup',
+          keep: NO_KEEP,
+        }),
+        '$.teardown',
+        onError,
+      ),
+      done: sfn.Condition.numberEquals('$.teardown.remaining', 0),
+      timeoutError: 'TeardownIncomplete',
+      timeoutCause:
+        'Resources tagged with the ended execution remain after the cleanup; delete them by hand ' +
+        '(tag ebs-snapshot-compactor:execution = the execution name).',
+      onTimeout: onError,
+      waitFirst: false,
+    });
+    const definition = start
+      .next(wait)
+      .next(teardown)
+      .next(new sfn.Succeed(this, 'Cleaned up', { outputPath: '$.teardown' }));
+
+    // The wait, every call to its bound with a Lambda timeout each, and an hour for retries and throttling.
+    const budget =
+      cleanupWaitSeconds() +
+      bound.maxAttempts * (bound.intervalSeconds + longestWorkflowTaskTimeout().toSeconds()) +
+      3600;
+    this.stateMachine = new sfn.StateMachine(this, 'StateMachine', {
+      stateMachineType: sfn.StateMachineType.STANDARD,
+      definitionBody: sfn.DefinitionBody.fromChainable(definition),
+      timeout: Duration.seconds(budget),
+      tracingEnabled: true,
+      logs: { destination: props.logGroup, level: sfn.LogLevel.ALL, includeExecutionData: true },
+    });
+  }
+}
