@@ -29,6 +29,9 @@ _INSTANCE_TYPE = re.compile(r"^[a-z0-9-]+\.[a-z0-9-]+$")
 _ROOT_DEVICE_NAME = re.compile(r"^/dev/(sd|xvd)[a-z][0-9]*$")
 # the source and target volumes' device names (compactor/volumes.py): the root cannot be one
 _DATA_DEVICE_NAME = re.compile(r"^/dev/sd[f-y]$")
+ARCHITECTURES = ("x86_64", "arm64")
+# Step Functions' own bounds of a Standard state machine's TimeoutSeconds (1 year)
+STATE_MACHINE_TIMEOUT_MINUTES_MAX = 525_600
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,12 @@ class Config:
     max_launch_attempts: int
     root_device_name: str
     root_volume_gib: int
+    # the transfer instance's architecture; picks the size table of compactor/sizing.py
+    architecture: str = "x86_64"
+    # bounds the compaction time budget (JobTooLarge when it does not fit)
+    state_machine_timeout_minutes: int = 2880
+    # the shortest wait between two Check compaction calls (it grows for long jobs)
+    compaction_poll_seconds: int = 120
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -78,7 +87,8 @@ class Config:
             stack_name=env.text("STACK_NAME"),
             subnet_ids=env.id_list("SUBNET_IDS", _SUBNET_ID),
             launch_template_id=env.matching("LAUNCH_TEMPLATE_ID", _LAUNCH_TEMPLATE_ID),
-            instance_types=env.id_list("INSTANCE_TYPES", _INSTANCE_TYPE),
+            # empty = chosen by the bytes to copy (compactor/sizing.py); set = the user's choice
+            instance_types=env.id_list("INSTANCE_TYPES", _INSTANCE_TYPE, allow_empty=True),
             allow_on_demand=env.boolean("ALLOW_ON_DEMAND"),
             source_volume_iops=iops,
             source_volume_throughput=throughput,
@@ -91,6 +101,11 @@ class Config:
             max_launch_attempts=env.integer("MAX_LAUNCH_ATTEMPTS", 1, 10),
             root_device_name=root_device_name,
             root_volume_gib=env.integer("ROOT_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
+            architecture=env.one_of("ARCHITECTURE", ARCHITECTURES),
+            state_machine_timeout_minutes=env.integer(
+                "STATE_MACHINE_TIMEOUT_MINUTES", 10, STATE_MACHINE_TIMEOUT_MINUTES_MAX
+            ),
+            compaction_poll_seconds=env.integer("COMPACTION_POLL_SECONDS", 1, 86_400),
         )
 
 
@@ -113,7 +128,11 @@ class _Env:
             raise ConfigError(f"{name}={value!r} is invalid: expected {pattern.pattern}")
         return value
 
-    def id_list(self, name: str, pattern: re.Pattern[str]) -> tuple[str, ...]:
+    def id_list(
+        self, name: str, pattern: re.Pattern[str], allow_empty: bool = False
+    ) -> tuple[str, ...]:
+        if allow_empty and name in self._environ and not self._environ[name].strip():
+            return ()  # set and empty on purpose (a missing variable is still an error)
         items = tuple(item.strip() for item in self.text(name).split(",") if item.strip())
         bad = [item for item in items if not pattern.match(item)]
         if bad or not items:
@@ -124,6 +143,12 @@ class _Env:
         if len(set(items)) != len(items):
             raise ConfigError(f"{name}={self._environ.get(name)!r} lists an item twice")
         return items
+
+    def one_of(self, name: str, allowed: tuple[str, ...]) -> str:
+        value = self.text(name)
+        if value not in allowed:
+            raise ConfigError(f"{name}={value!r} is invalid: expected one of {', '.join(allowed)}")
+        return value
 
     def boolean(self, name: str) -> bool:
         value = self.text(name).lower()

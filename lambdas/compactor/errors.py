@@ -22,6 +22,10 @@ class SnapshotNotCompleted(CompactorError):
     pass
 
 
+class SnapshotArchived(CompactorError):
+    """A source snapshot is in the archive storage tier: it must be restored before use."""
+
+
 class ImageNotFound(CompactorError):
     pass
 
@@ -40,6 +44,10 @@ class VolumeTooLarge(CompactorError):
 
 class TooManyVolumes(CompactorError):
     pass
+
+
+class JobTooLarge(CompactorError):
+    """The time the copy would take does not fit the state machine's timeout."""
 
 
 class FastSnapshotRestoreLimitExceeded(CompactorError):

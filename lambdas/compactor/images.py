@@ -47,7 +47,39 @@ def describe_source(image_id: str) -> ImageTypeDef:
             f"AMI {image_id} has an instance-store root device: only EBS-backed AMIs can be "
             "compacted"
         )
+    check_billing(image)
     return image
+
+
+def check_billing(image: ImageTypeDef) -> None:
+    """Refuse an AMI whose billing or licensing RegisterImage cannot carry over.
+
+    RegisterImage takes an AMI's billing information (PlatformDetails, UsageOperation, product
+    codes) from the root snapshot, and a snapshot of a never-written target volume has none: the
+    compacted copy of a Windows, RHEL, SUSE, SQL Server or Marketplace AMI would register as
+    Linux/UNIX (UsageOperation RunInstances), lose its license and product codes, and not boot
+    or not be billed as the software requires. Decided here, before anything is created."""
+    image_id = image["ImageId"]
+    usage = image.get("UsageOperation")
+    codes = [p["ProductCodeId"] for p in image.get("ProductCodes", []) if "ProductCodeId" in p]
+    reasons: list[str] = []
+    if image.get("Platform") == "windows":
+        reasons.append("it is a Windows AMI (Platform windows)")
+    if usage and usage != _LINUX_USAGE_OPERATION:
+        reasons.append(
+            f"it bills as {image.get('PlatformDetails') or 'a paid platform'} "
+            f"(UsageOperation {usage}, not {_LINUX_USAGE_OPERATION})"
+        )
+    if codes:
+        reasons.append(f"it carries product codes {', '.join(codes)}")
+    if reasons:
+        raise UnsupportedImage(
+            f"AMI {image_id} cannot be compacted into a new AMI: {'; '.join(reasons)}. "
+            "RegisterImage takes billing and licensing information from the snapshot, and the "
+            "compacted copy is a new volume that has none, so the new AMI would register as "
+            "Linux/UNIX and lose it. Compact its data volumes as snapshots instead (start the "
+            "workflow with snapshotId for each), and keep launching from the original AMI"
+        )
 
 
 def uefi_data(image_id: str) -> str | None:
@@ -137,19 +169,8 @@ def owned_image_named(name: str) -> Mapping[str, Any] | None:
 
 def warnings(spec: ImageSpec) -> list[str]:
     """What RegisterImage cannot carry over from the source AMI."""
+    # paid, Windows and product-code AMIs are refused by prepare (check_billing)
     result: list[str] = []
-    usage = spec["usageOperation"]
-    if usage and usage != _LINUX_USAGE_OPERATION:
-        result.append(
-            f"the source AMI bills as {spec['platformDetails']} ({usage}); RegisterImage from "
-            "snapshots cannot set PlatformDetails/UsageOperation, so the new AMI may bill or "
-            "license differently: check it before use"
-        )
-    if spec["productCodes"]:
-        result.append(
-            f"the source AMI has product codes {', '.join(spec['productCodes'])} (billing "
-            "products), which RegisterImage cannot copy"
-        )
     if spec["deprecationTime"]:
         result.append(
             f"the source AMI is deprecated at {spec['deprecationTime']}; the new AMI is not "

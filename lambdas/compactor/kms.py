@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
+import boto3
 from botocore.exceptions import ClientError
 
 from compactor import aws
 from compactor.errors import KmsKeyNotUsable
 
+_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:(?P<account>\d{12}):(key|alias)/")
 _FIX = "grant the stack's roles use of the key (kmsKeyArns setting) or pass another kmsKeyId"
 
 
@@ -41,3 +45,15 @@ def usable_key_arn(key_id: str, purpose: str) -> str:
             "pass a symmetric ENCRYPT_DECRYPT key"
         )
     return metadata["Arn"]
+
+
+def key_account(key_arn: str | None) -> str | None:
+    """The account that owns a key, from its ARN (None for a bare id or alias name)."""
+    match = _KEY_ARN.match(key_arn or "")
+    return match["account"] if match else None
+
+
+def caller_account() -> str:
+    """This account, for callers without a Lambda context (the handler reads it from the
+    function ARN instead: GetCallerIdentity needs no permission but is one more call)."""
+    return str(boto3.client("sts").get_caller_identity()["Account"])

@@ -27,8 +27,12 @@ class VolumePlan(TypedDict):
     deviceName: str | None  # the device in the source AMI's mapping; None for a snapshot job
     sizeGiB: int
     encrypted: bool  # of the target volume and the new snapshot
-    kmsKeyId: str | None  # ARN of the target's key, None when unencrypted
-    sourceFullSizeBytes: int | None
+    kmsKeyId: str | None  # ARN of the target's key, None when unencrypted (= targetKmsKeyId)
+    # key of the target volume and the new snapshot; None with encrypted true = this account's
+    # EBS default key (a source encrypted with another account's key is re-encrypted)
+    targetKmsKeyId: str | None
+    sourceKmsKeyId: str | None  # ARN of the source snapshot's key, None when unencrypted
+    sourceFullSizeBytes: int | None  # None while the snapshot is pending (or EC2 gives none)
 
 
 class EbsMapping(TypedDict, total=False):
@@ -74,6 +78,11 @@ class ImageSpec(TypedDict):
     productCodes: list[str]
     deprecationTime: str | None
 
+class CompactionPoll(TypedDict):
+    intervalSeconds: int
+    maxAttempts: int
+
+
 
 class Plan(TypedDict):
     executionName: str
@@ -86,6 +95,13 @@ class Plan(TypedDict):
     fastSnapshotRestoreAzs: list[str]
     kmsKeyId: str | None
     imageName: str | None
+    # false while a source snapshot is pending: the workflow calls prepare again (bounded)
+    sourcesReady: bool
+    pendingSnapshotIds: list[str]
+    instanceTypes: list[str]  # transfer instance types in order of preference (sizing.py)
+    compactionPoll: CompactionPoll  # bound of the Check compaction loop (sizing.py)
+    bytesToCopy: int
+    notes: list[str]  # for the report, e.g. re-encryption with another key
     tags: dict[str, str]
 
 

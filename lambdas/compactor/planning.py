@@ -1,14 +1,24 @@
 """prepare: validate the execution input against this account and Region and produce the plan.
-It only reads: nothing is created, so a bad input leaves nothing behind."""
+It only reads: nothing is created, so a bad input leaves nothing behind.
+
+A source snapshot that is still `pending` (tagged at creation, by DLM or AWS Backup) is not an
+error: every check is made all the same and the plan comes back with `sourcesReady: false` and
+`pendingSnapshotIds`; the state machine calls prepare again (a bounded poll) until it says
+`sourcesReady: true`, and only that last plan is used. While pending, a snapshot has its
+VolumeSize, encryption, key and tags but usually no FullSnapshotSizeInBytes, so the bytes to copy
+(and with them the instance size and the compaction bound) count the whole volume for it; the
+final plan counts what the completed snapshot holds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import TYPE_CHECKING
 
-from compactor import aws, fast_snapshot_restore, images, kms, snapshots, tags
+from compactor import aws, fast_snapshot_restore, images, kms, sizing, snapshots, tags
 from compactor.config import Config
-from compactor.errors import InvalidInput, TooManyVolumes, VolumeTooLarge
+from compactor.errors import InvalidInput, SnapshotArchived, TooManyVolumes, VolumeTooLarge
 from compactor.models import ImageSpec, Plan, SourceRef, VolumePlan
 from compactor.validation import ExecutionInput, parse_execution_input
 
@@ -18,7 +28,11 @@ if TYPE_CHECKING:
 MAX_VOLUMES = 10  # source /dev/sdf.. and target /dev/sdp.. leave room for 10 pairs
 
 
-def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
+def plan(
+    raw_input: object, execution_name: str, config: Config, account_id: str | None = None
+) -> Plan:
+    """account_id: this account (the handler takes it from its function ARN); looked up with
+    GetCallerIdentity only when None and a source is encrypted."""
     if not isinstance(execution_name, str) or not execution_name:
         raise InvalidInput("executionName is missing from the prepare payload")
     request = parse_execution_input(raw_input, aws.region(), config.trigger_tag_key)
@@ -55,14 +69,25 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         )
     if image is not None:
         _check_tag_count(tags.to_aws(image["tags"]), request.tags, config, image["imageId"])
+    this_account = cache(lambda: account_id or kms.caller_account())
+    notes: list[str] = []
     volumes = [
-        _volume_plan(index, device, source_snapshot, target_key, config)
+        _volume_plan(index, device, source_snapshot, target_key, config, this_account, notes)
         for index, ((device, _), source_snapshot) in enumerate(zip(mappings, sources, strict=True))
     ]
+    pending = [s["SnapshotId"] for s in sources if s.get("State") in snapshots.PENDING_STATES]
+    bytes_to_copy = sum(
+        v["sourceFullSizeBytes"]
+        if v["sourceFullSizeBytes"] is not None
+        else v["sizeGiB"] * sizing.GIB
+        for v in volumes
+    )
     if request.fast_snapshot_restore_azs:
         # the new snapshots have the sizes of the source volumes
         fast_snapshot_restore.check_sizes({v["sourceSnapshotId"]: v["sizeGiB"] for v in volumes})
         fast_snapshot_restore.check_limit(len(volumes))
+    size = sizing.plan(bytes_to_copy, request.verify, config)
+    _check_restore_expiry(sources, size.budget_seconds)
     return {
         "executionName": execution_name,
         "source": source,
@@ -75,7 +100,32 @@ def plan(raw_input: object, execution_name: str, config: Config) -> Plan:
         "kmsKeyId": target_key,
         "imageName": _image_name(request, image, execution_name),
         "tags": request.tags,
+        "sourcesReady": not pending,
+        "pendingSnapshotIds": pending,
+        "instanceTypes": size.instance_types,
+        "compactionPoll": size.compaction_poll,
+        "bytesToCopy": bytes_to_copy,
+        "notes": notes,
     }
+
+
+def _check_restore_expiry(sources: Sequence[SnapshotTypeDef], budget_seconds: int) -> None:
+    """A temporarily restored snapshot goes back to the archive tier at RestoreExpiryTime: it
+    must stay restored until the job is done (the compaction budget plus the other phases)."""
+    now = datetime.datetime.now(datetime.UTC)
+    done_by = now + datetime.timedelta(seconds=budget_seconds + sizing.OTHER_PHASES_SECONDS)
+    for snapshot in sources:
+        expiry = snapshot.get("RestoreExpiryTime")
+        if expiry is None or expiry >= done_by:
+            continue
+        ended = expiry <= now
+        raise SnapshotArchived(
+            f"snapshot {snapshot['SnapshotId']} is restored from the archive tier only "
+            f"temporarily: its restore {'ended' if ended else 'ends'} at {expiry.isoformat()}"
+            + ("" if ended else f", before this job may be done ({done_by.isoformat()})")
+            + ". Extend the restore (RestoreSnapshotTier with TemporaryRestoreDays, or "
+            "PermanentRestore) and start again"
+        )
 
 
 def _check_tag_count(
@@ -113,6 +163,8 @@ def _volume_plan(
     snapshot: SnapshotTypeDef,
     target_key: str | None,
     config: Config,
+    this_account: Callable[[], str],
+    notes: list[str],
 ) -> VolumePlan:
     snapshot_id = snapshot["SnapshotId"]
     size = snapshot["VolumeSize"]
@@ -123,13 +175,26 @@ def _volume_plan(
         )
     encrypted = bool(snapshot.get("Encrypted"))
     key = target_key
+    source_arn: str | None = None
     if encrypted:
         source_key = snapshot.get("KmsKeyId")
         # the source volume is created with the snapshot's key, so that key must be usable too
         source_arn = (
             kms.usable_key_arn(source_key, f"key of snapshot {snapshot_id}") if source_key else None
         )
-        key = key or source_arn
+        owner = kms.key_account(source_arn)
+        if owner is not None and owner != this_account():
+            # the outputs must not depend on a key its owner can disable, revoke or delete:
+            # the input's key, else this account's EBS default key (Encrypted, no KmsKeyId)
+            notes.append(
+                f"The new snapshot of {snapshot_id} is encrypted with "
+                + (f"KMS key {target_key}" if target_key else "this account's default EBS key")
+                + f", not with the source's key {source_arn}: that key belongs to account "
+                f"{owner}, which can disable, revoke or delete it and so make the copy unreadable "
+                "here."
+            )
+        else:
+            key = key or source_arn
     return {
         "index": index,
         "sourceSnapshotId": snapshot_id,
@@ -137,6 +202,8 @@ def _volume_plan(
         "sizeGiB": size,
         "encrypted": encrypted or key is not None,
         "kmsKeyId": key,
+        "targetKmsKeyId": key,
+        "sourceKmsKeyId": source_arn,
         "sourceFullSizeBytes": snapshot.get("FullSnapshotSizeInBytes"),
     }
 

@@ -156,6 +156,9 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "MAX_LAUNCH_ATTEMPTS": "3",
             "ROOT_DEVICE_NAME": "/dev/xvda",
             "ROOT_VOLUME_GIB": "8",
+            "ARCHITECTURE": "x86_64",
+            "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
+            "COMPACTION_POLL_SECONDS": "120",
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)

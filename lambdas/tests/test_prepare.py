@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import boto3
 import pytest
-from compactor import aws, errors
+from compactor import aws, errors, tags
 from compactor.handlers import prepare
 
 from tests.conftest import (
@@ -55,6 +56,8 @@ def test_snapshot_plan(world: World) -> None:
                 "sizeGiB": 20,
                 "encrypted": False,
                 "kmsKeyId": None,
+                "targetKmsKeyId": None,
+                "sourceKmsKeyId": None,
                 "sourceFullSizeBytes": None,
             }
         ],
@@ -66,6 +69,14 @@ def test_snapshot_plan(world: World) -> None:
         "kmsKeyId": None,
         "imageName": None,
         "tags": {"env": "prod"},
+        "sourcesReady": True,
+        "pendingSnapshotIds": [],
+        # the stack's INSTANCE_TYPES (conftest) wins over the size table
+        "instanceTypes": ["m7i.large", "m6i.large"],
+        # 15 min + 20 GiB / (650 Mbps / 2) x 2 (verify) x 2 (safety) = 3,015 s
+        "compactionPoll": {"intervalSeconds": 120, "maxAttempts": 26},
+        "bytesToCopy": 20 * 1024**3,
+        "notes": [],
     }
 
 
@@ -137,8 +148,9 @@ def test_invalid_input_is_refused_and_creates_nothing(
 
 def test_too_many_tags_for_the_copy(world: World) -> None:
     source = world.snapshot(tags={f"s{n}": "x" for n in range(30)})
+    extra = tags.MAX_PER_RESOURCE + 1 - 30 - tags.OWN_TAGS_PER_OUTPUT
     with pytest.raises(errors.InvalidInput, match=f"copy of {source} would need 51 tags"):
-        run(world, {"snapshotId": source, "tags": {f"i{n}": "y" for n in range(16)}})
+        run(world, {"snapshotId": source, "tags": {f"i{n}": "y" for n in range(extra)}})
     # keys the copy shares with the input count once
     run(world, {"snapshotId": source, "tags": {f"s{n}": "y" for n in range(16)}})
 
@@ -158,16 +170,98 @@ def test_snapshot_not_found(world: World) -> None:
     )
 
 
-def test_snapshot_not_completed(world: World) -> None:
-    snapshot_id = world.snapshot()
+def snapshot_state(**fields: Any) -> None:
+    """DescribeSnapshots answers with these fields on every snapshot (moto's own otherwise)."""
+    amend(
+        aws.ec2(),
+        "DescribeSnapshots",
+        lambda parsed: [s.update(fields) for s in parsed["Snapshots"]],
+    )
 
-    def pending(parsed: dict[str, Any]) -> None:
-        for snapshot in parsed["Snapshots"]:
-            snapshot["State"] = "pending"
 
-    amend(aws.ec2(), "DescribeSnapshots", pending)
-    with pytest.raises(errors.SnapshotNotCompleted, match="is pending, not completed: wait"):
+def test_pending_snapshot_gives_a_plan_that_is_not_ready(world: World) -> None:
+    """A snapshot tagged at creation is still pending: prepare checks everything it can, counts
+    the whole volume (no FullSnapshotSizeInBytes yet) and says the sources are not ready."""
+    snapshot_id = world.snapshot(size=20)
+    snapshot_state(State="pending", Progress="42%")
+    plan = run(world, {"snapshotId": snapshot_id})
+    assert (plan["sourcesReady"], plan["pendingSnapshotIds"]) == (False, [snapshot_id])
+    assert plan["volumes"][0]["sourceFullSizeBytes"] is None
+    assert plan["bytesToCopy"] == 20 * 1024**3
+    assert plan["instanceTypes"] and plan["compactionPoll"]["maxAttempts"] >= 1
+
+
+def test_pending_snapshot_is_still_validated(world: World) -> None:
+    snapshot_id = world.snapshot(size=1025)
+    snapshot_state(State="pending")
+    with pytest.raises(errors.VolumeTooLarge):
         run(world, {"snapshotId": snapshot_id})
+
+
+def test_recovering_snapshot_is_waited_for(world: World) -> None:
+    snapshot_id = world.snapshot()
+    snapshot_state(State="recovering")
+    assert run(world, {"snapshotId": snapshot_id})["pendingSnapshotIds"] == [snapshot_id]
+
+
+def test_completed_snapshot_gives_the_final_plan(world: World) -> None:
+    snapshot_id = world.snapshot(size=20)
+    snapshot_state(FullSnapshotSizeInBytes=3 * 1024**3)
+    plan = run(world, {"snapshotId": snapshot_id})
+    assert (plan["sourcesReady"], plan["pendingSnapshotIds"]) == (True, [])
+    assert plan["bytesToCopy"] == 3 * 1024**3
+
+
+def test_snapshot_in_state_error(world: World) -> None:
+    snapshot_id = world.snapshot()
+    snapshot_state(State="error", StateMessage="KMS key is disabled")
+    before = world.inventory()
+    with pytest.raises(
+        errors.SnapshotNotCompleted,
+        match=rf"{snapshot_id} is in state error \(KMS key is disabled\).*take a new snapshot",
+    ):
+        run(world, {"snapshotId": snapshot_id})
+    assert world.inventory() == before
+
+
+def test_snapshot_in_the_recycle_bin(world: World) -> None:
+    snapshot_id = world.snapshot()
+    snapshot_state(State="recoverable")
+    with pytest.raises(errors.SnapshotNotCompleted, match="RestoreSnapshotFromRecycleBin"):
+        run(world, {"snapshotId": snapshot_id})
+
+
+def test_archived_snapshot_is_refused(world: World) -> None:
+    snapshot_id = world.snapshot()
+    snapshot_state(StorageTier="archive")
+    before = world.inventory()
+    with pytest.raises(
+        errors.SnapshotArchived, match=rf"{snapshot_id} is in the archive storage tier.*RestoreSnapshotTier"
+    ):
+        run(world, {"snapshotId": snapshot_id})
+    assert world.inventory() == before
+
+
+def test_archived_snapshot_names_the_restore_expiry(world: World) -> None:
+    snapshot_state(
+        StorageTier="archive",
+        RestoreExpiryTime=datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+    )
+    with pytest.raises(errors.SnapshotArchived, match="restore ended at 2026-01-02T03:04:05"):
+        run(world, {"snapshotId": world.snapshot()})
+
+
+def test_temporary_restore_must_outlast_the_job(world: World) -> None:
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=30)
+    snapshot_state(StorageTier="standard", RestoreExpiryTime=soon)
+    with pytest.raises(errors.SnapshotArchived, match=r"restored .* only\s+temporarily.*Extend"):
+        run(world, {"snapshotId": world.snapshot()})
+
+
+def test_temporary_restore_long_enough(world: World) -> None:
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=3)
+    snapshot_state(StorageTier="standard", RestoreExpiryTime=later)
+    assert run(world, {"snapshotId": world.snapshot()})["sourcesReady"] is True
 
 
 def test_volume_too_large(world: World) -> None:
@@ -272,6 +366,7 @@ def test_fast_snapshot_restore_refused_over_16_tib(
 ) -> None:
     """EBS enables FSR only on snapshots of at most 16 TiB: refuse before hours of copying."""
     monkeypatch.setenv("MAX_VOLUME_GIB", "65536")
+    monkeypatch.setenv("INSTANCE_TYPES", "")  # sized by the job: .8xlarge copies 16 TiB in time
     active_restores(0)
     snapshot_id = world.snapshot(size=16385)
     with pytest.raises(
@@ -279,7 +374,12 @@ def test_fast_snapshot_restore_refused_over_16_tib(
     ):
         run(world, {"snapshotId": snapshot_id, "fastSnapshotRestoreAzs": ["us-east-1a"]})
     plan = run(
-        world, {"snapshotId": world.snapshot(size=16384), "fastSnapshotRestoreAzs": ["us-east-1a"]}
+        world,
+        {
+            "snapshotId": world.snapshot(size=16384),
+            "fastSnapshotRestoreAzs": ["us-east-1a"],
+            "verify": False,
+        },
     )
     assert plan["volumes"][0]["sizeGiB"] == 16384
 

@@ -1,4 +1,5 @@
-"""Task 1: validate the execution input and produce the plan. Creates nothing."""
+"""Task 1: validate the execution input and produce the plan. Creates nothing; called again by
+the state machine while `sourcesReady` is false (a source snapshot is still pending)."""
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -10,4 +11,10 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> Plan:
-    return planning.plan(event.get("input"), event.get("executionName", ""), Config.from_env())
+    # this account, from arn:aws:lambda:REGION:ACCOUNT:function:NAME (no GetCallerIdentity call)
+    arn = str(getattr(context, "invoked_function_arn", "") or "")
+    parts = arn.split(":")
+    account = parts[4] if len(parts) > 4 and parts[4].isdigit() else None
+    return planning.plan(
+        event.get("input"), event.get("executionName", ""), Config.from_env(), account
+    )
