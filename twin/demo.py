@@ -1,7 +1,10 @@
 """`make demo`: the whole workflow on this machine, with a report (see docs/twin.md).
 
 usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
-                           [--trigger api|tag] [--fault NAME] [--cdk-out DIR] [--out DIR]
+                           [--trigger api|tag] [--fault KIND@STATE|NAME] [--cdk-out DIR] [--out DIR]
+
+FAULT: KIND@STATE with KIND one of error, throttle, abort, lost and STATE a Task state of the
+synthesized main definition (e.g. error@Report), or one of the named faults.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .emulator.faults import FAULTS
+from .emulator.faults import FAULTS, KINDS, FaultError
 from .scenario import REPO, Options, run
 
 MIB = 1024 * 1024
@@ -33,6 +36,31 @@ def summary(report: dict[str, Any]) -> str:
     ]
     if report.get("cause"):
         lines.append(f"  cause            {str(report['cause'])[:300]}")
+    if report.get("fault_applied"):
+        applied = report["fault_applied"]
+        lines.append(
+            f"  fault            {report['fault']}: "
+            + (applied.get("detail") or "applied" if applied.get("applied") else "never reached")
+        )
+    if report.get("outcome") or report["execution_name"]:
+        lines.append(
+            f"  outcome          {report.get('outcome')}; delivered {report.get('delivered')}; "
+            f"new snapshots existing {report.get('new_snapshots_existing')}"
+            f"/{len(report.get('new_snapshot_ids') or [])}"
+        )
+    for cleanup in report.get("cleanup_runs") or []:
+        lines.append(
+            f"  cleanup          {cleanup.get('rule')} -> {cleanup.get('kind')}: "
+            f"{cleanup.get('status')}"
+            + (f" with {cleanup['error']}" if cleanup.get("error") else "")
+        )
+    trigger = report.get("trigger") or {}
+    if trigger:
+        lines.append(
+            f"  tag trigger      {trigger.get('events')} event(s) delivered "
+            f"{len(trigger.get('deliveries', []))} time(s); executions started "
+            f"{trigger.get('executions_started')}"
+        )
     states = report["states_visited"]
     if states:
         lines.append(f"  states visited   {len(states)}: " + " > ".join(_compress(states)))
@@ -121,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", default=os.environ.get("INPUT") or "snapshot")
     parser.add_argument("--trigger", default=os.environ.get("TRIGGER") or "api")
     parser.add_argument("--fault", default=os.environ.get("FAULT") or None,
-                        help="one of: " + ", ".join(FAULTS))  # fmt: skip
+                        help=f"KIND@STATE (KIND: {', '.join(KINDS)}) or one of: "
+                        + ", ".join(FAULTS))  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
@@ -139,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # A stopped demo still unmounts and detaches what it set up (the emulator's finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    report = run(opts)
+    try:
+        report = run(opts)
+    except FaultError as error:  # e.g. a state that is not a Task state of the definition
+        print(f"twin demo: {error}", file=sys.stderr)
+        return 2
     print(summary(report))
     return 0
 

@@ -87,3 +87,58 @@ def transform(target: dict[str, Any], event: dict[str, Any], rule_arn: str, rule
         return json.loads(filled)
     except ValueError:
         return filled  # a text template stays text
+
+
+def status_change_event(
+    region: str,
+    account: str,
+    execution_arn: str,
+    state_machine_arn: str,
+    name: str,
+    status: str,
+    execution_input: Any,
+    output: Any = None,
+) -> dict[str, Any]:
+    """The "Step Functions Execution Status Change" event Step Functions sends to EventBridge."""
+    import datetime
+    import uuid
+
+    now = datetime.datetime.now(datetime.UTC)
+    millis = int(now.timestamp() * 1000)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": account,
+        "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [execution_arn],
+        "detail": {
+            "executionArn": execution_arn,
+            "stateMachineArn": state_machine_arn,
+            "name": name,
+            "status": status,
+            "startDate": millis,
+            "stopDate": millis,
+            "input": json.dumps(execution_input),
+            "output": None if output is None else json.dumps(output),
+            "inputDetails": {"included": True},
+            "outputDetails": {"included": True} if output is not None else None,
+        },
+    }
+
+
+def deliveries(
+    rules: list[Any], event: dict[str, Any], region: str, account: str
+) -> list[tuple[Any, dict[str, Any], Any]]:
+    """(rule, target, the target's input) for every target of every deployed rule the event
+    matches, as EventBridge would deliver it."""
+    out = []
+    for rule in rules:
+        if not matches(rule.pattern, event):
+            continue
+        rule_arn = f"arn:aws:events:{region}:{account}:rule/{rule.name}"
+        for target in rule.targets:
+            out.append((rule, target, transform(target, event, rule_arn, rule.name)))
+    return out

@@ -1,4 +1,7 @@
-"""Runs one execution of the deployed state machine with the ASL interpreter (twin/runner)."""
+"""Runs one execution of a deployed state machine with the ASL interpreter (twin/runner).
+
+Also what the twin knows of the template's state machines: every one of them (the main workflow
+and e.g. the cleanup workflow), their Task states, and which one is the main workflow."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cfn import Deployment
+from .cfn import Deployment, Resolver, load_template, resources_of
+from .emulator.faults import StateFault
 from .emulator.server import Emulator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +35,64 @@ class ExecutionResult:
     workflow_report: Any = None
     states_visited: list[str] = field(default_factory=list)
     state_seconds: list[dict[str, Any]] = field(default_factory=list)
+    # the fault of this run, if any: {kind, state, applied, detail}
+    fault: dict[str, Any] | None = None
+    execution_arn: str = ""
+    state_machine_arn: str = ""
+
+
+@dataclass
+class Machine:
+    logical_id: str
+    arn: str
+    name: str
+    definition: dict[str, Any]
+
+    def task_states(self) -> list[str]:
+        return task_states(self.definition)
+
+
+def task_states(definition: dict[str, Any]) -> list[str]:
+    """Every Task state of a definition (also inside Parallel and Map), in definition order."""
+    out: list[str] = []
+    for name, state in definition.get("States", {}).items():
+        if state.get("Type") == "Task":
+            out.append(name)
+        for branch in state.get("Branches", []):
+            out += task_states(branch)
+        inner = state.get("ItemProcessor") or state.get("Iterator")
+        if inner:
+            out += task_states(inner)
+    return out
+
+
+def state_machines(d: Deployment, cdk_out: Path) -> dict[str, Machine]:
+    """Every state machine of the template, by ARN, its definition resolved like deploy.py does."""
+    _, template = load_template(cdk_out)
+    r = Resolver(template, d, params=Resolver.parameter_values(template))
+    out: dict[str, Machine] = {}
+    for logical, res in resources_of(template, "AWS::StepFunctions::StateMachine").items():
+        props = res["Properties"]
+        text = r.resolve(props.get("DefinitionString") or json.dumps(props.get("Definition")))
+        for key, value in r.resolve(props.get("DefinitionSubstitutions", {})).items():
+            text = text.replace("${" + key + "}", str(value))
+        arn = d.arns[logical]
+        out[arn] = Machine(logical, arn, arn.rsplit(":", 1)[-1], json.loads(text))
+    return out
+
+
+def main_machine(d: Deployment, machines: dict[str, Machine]) -> Machine:
+    """The main workflow: the state machine no EventBridge rule starts directly (the cleanup
+    workflow is a rule's target); with one state machine, that one."""
+    if len(machines) == 1:
+        return next(iter(machines.values()))
+    targeted = {t.get("Arn") for rule in d.rules for t in rule.targets}
+    candidates = [m for arn, m in machines.items() if arn not in targeted]
+    if len(candidates) == 1:
+        return candidates[0]
+    if d.state_machine_arn in machines:
+        return machines[d.state_machine_arn]
+    raise RuntimeError(f"cannot tell the main state machine among {sorted(machines)}")
 
 
 def _durations(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,7 +124,13 @@ def execute(
     wait_ms: int = 100,
     retry_ms: int = 100,
     timeout_seconds: int = 900,
+    fault: StateFault | None = None,
+    machine: Machine | None = None,
 ) -> ExecutionResult:
+    """Run one execution to its end. `machine` defaults to the deployment's state machine."""
+    if machine is None:
+        machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
+                          deployment.definition)  # fmt: skip
     logdir.mkdir(parents=True, exist_ok=True)
     env_common = {
         **emu.client_env(),
@@ -81,11 +149,10 @@ def execute(
         for arn, f in deployment.functions.items()
     }
     execution_arn = (
-        f"arn:aws:states:{deployment.region}:{deployment.account}:execution:"
-        f"{deployment.state_machine_name}:{name}"
+        f"arn:aws:states:{deployment.region}:{deployment.account}:execution:{machine.name}:{name}"
     )
     job = {
-        "definition": deployment.definition,
+        "definition": machine.definition,
         "input": execution_input,
         "context": {
             "Execution": {
@@ -93,10 +160,7 @@ def execute(
                 "Name": name,
                 "RoleArn": f"arn:aws:iam::{deployment.account}:role/twin-state-machine",
             },
-            "StateMachine": {
-                "Id": deployment.state_machine_arn,
-                "Name": deployment.state_machine_name,
-            },
+            "StateMachine": {"Id": machine.arn, "Name": machine.name},
         },
         "functions": functions,
         "python": sys.executable,
@@ -105,6 +169,8 @@ def execute(
         "waitMs": wait_ms,
         "retryMs": retry_ms,
         "throttledCallsPerFunction": throttled_calls_per_function,
+        "fault": fault.to_job() if fault is not None else None,
+        "emulatorEndpoint": emu.endpoint,
     }
     job_path, result_path = logdir / f"{name}.job.json", logdir / f"{name}.result.json"
     job_path.write_text(json.dumps(job))
@@ -134,5 +200,22 @@ def execute(
         workflow_report=raw.get("workflowReport"),
         states_visited=[e["state"] for e in events if e["type"] == "StateEntered"],
         state_seconds=_durations(events),
+        fault=raw.get("fault"),
+        execution_arn=execution_arn,
+        state_machine_arn=machine.arn,
     )
     return result
+
+
+def invoke_function(
+    emu: Emulator, deployment: Deployment, function_arn: str, event: Any, name: str, logdir: Path
+) -> ExecutionResult:
+    """Invoke one function with an event, as EventBridge does for a Lambda target: through the
+    runner's worker (the real handler, the function's environment), as a one-Task definition."""
+    definition = {
+        "StartAt": "Invoke",
+        "States": {"Invoke": {"Type": "Task", "Resource": function_arn, "End": True}},
+    }
+    machine = Machine("", f"arn:aws:states:{deployment.region}:{deployment.account}:"
+                      f"stateMachine:twin-invoke", "twin-invoke", definition)  # fmt: skip
+    return execute(emu, deployment, event, name, logdir, machine=machine)

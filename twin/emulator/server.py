@@ -14,11 +14,18 @@ from typing import Any
 
 from moto.ec2.models import ec2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import make_server
 
-from . import amis_twin, ec2_twin, ssm_twin
+from . import amis_twin, consistency, ec2_twin, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
 from .faults import Faults
+from .injection import Middleware
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -32,6 +39,8 @@ class Emulator:
         self.state = st.EmulatorState(workdir=workdir, faults=faults or Faults())
         self._server: ThreadedMotoServer | None = None
         self.endpoint = ""
+        # The Lambdas' AWS calls with their IAM contexts (twin/iam); beside workdir, which stop() deletes.
+        self.calls_path = workdir.parent / f"{workdir.name}-iam-calls.jsonl"
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -45,7 +54,8 @@ class Emulator:
     def start(self) -> str:
         if st.ACTIVE is not None:
             raise RuntimeError("another twin emulator is active in this process; stop it first")
-        for module in (ec2_twin, ssm_twin, amis_twin):
+        # consistency wraps what the others patched in: install it last
+        for module in (ec2_twin, ssm_twin, amis_twin, consistency):
             module.install()
         _reset_moto()
         # Build moto's region backend (with its stock AMIs) before the patches take effect,
@@ -54,8 +64,9 @@ class Emulator:
         st.ACTIVE = self.state
         # One log line per API call would drown the demo's output.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = _TwinServer(self.account, self.region)
         self._server.start()
+        iam_recorder.install(self._server, self.calls_path, self.region, self.account, self.ec2)
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
         return self.endpoint
@@ -114,9 +125,11 @@ class Emulator:
         tags: dict[str, str] | None = None,
         state: str = "completed",
         encrypted: bool = False,
+        completes: bool = False,
     ) -> str:
         """Register a disk image as a snapshot (the image's allocated blocks = its written blocks).
-        The image is copied; the caller keeps the original."""
+        The image is copied; the caller keeps the original. A `pending` snapshot with completes=True
+        completes after a few DescribeSnapshots, like one the workflow creates."""
         size = image.stat().st_size
         if size % st.GIB:
             raise ValueError(
@@ -143,6 +156,8 @@ class Emulator:
             snapshot.add_tags(tags)
         with self.state.lock:
             self.state.snapshot_files[snapshot.id] = path
+            if state == "pending" and completes:
+                self.state.snapshot_polls[snapshot.id] = 0
         self.state.tag_events.clear()  # registration is set-up, not a user's tag change
         return str(snapshot.id)
 
@@ -176,6 +191,24 @@ class Emulator:
 
     def snapshot_chunks(self, snapshot_id: str) -> int:
         return len(written_chunks(self.state.snapshot_files[snapshot_id]))
+
+
+class _TwinServer(ThreadedMotoServer):
+    """moto's threaded server with the twin's fault injection in front (injection.py)."""
+
+    def __init__(self, account: str, region: str) -> None:
+        super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
+        self._account, self._region = account, region
+
+    def _server_entry(self) -> None:
+        app = Middleware(
+            DomainDispatcherApplication(create_backend_app), self._account, self._region
+        )
+        self._server = make_server(
+            self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
 
 
 def _reset_moto() -> None:

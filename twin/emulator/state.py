@@ -42,6 +42,19 @@ class EmulatorState:
     tag_events: list[dict[str, Any]] = field(default_factory=list)
     # Where finished commands leave their stdout/stderr for people to read (optional).
     command_log_dir: Path | None = None
+    # consistency.py: resource id -> tag-filtered Describe* answers that still leave it out
+    tag_lag: dict[str, int] = field(default_factory=dict)
+    tag_lag_hidden: int = 0
+    # every snapshot made by CreateSnapshot / AMI registered while the emulator runs, in order
+    snapshots_created: list[str] = field(default_factory=list)
+    images_created: list[str] = field(default_factory=list)
+    # consistency.py: snapshot id -> DeleteSnapshot calls still refused after DeregisterImage
+    deregister_settling: dict[str, int] = field(default_factory=dict)
+    snapshot_in_use_served: int = 0
+    # injection.py: Task state -> throttling errors served to requests sent from that state
+    throttled_served: dict[str, int] = field(default_factory=dict)
+    # injection.py: instances terminated by a `lost@STATE` fault
+    lost_instances: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):

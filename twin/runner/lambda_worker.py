@@ -14,6 +14,25 @@ import sys
 import time
 import traceback
 from typing import Any
+from urllib.parse import quote
+
+# The Task state the current invocation runs for (the runner sends it with each request); every
+# AWS request is marked with it so the emulator can throttle one state's calls (throttle@STATE).
+_current: dict[str, str | None] = {"state": None}
+
+
+def _mark_state(request: Any, **_: Any) -> None:
+    state = _current["state"]
+    if state:
+        request.headers["X-Twin-State"] = quote(state, safe="")
+
+
+def _install_state_header() -> None:
+    """On the default session, before the handler creates any client (clients copy the hooks)."""
+    import boto3
+
+    boto3.setup_default_session()
+    boto3.DEFAULT_SESSION.events.register("before-send", _mark_state)  # type: ignore[union-attr]
 
 
 class LambdaContext:
@@ -42,12 +61,26 @@ def _error(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def _mark_aws_calls(function_name: str) -> None:
+    """Every AWS request of this worker carries X-Twin-Caller: the emulator records (and the IAM check
+    judges) only the Lambdas' calls, not the twin's own set-up and inspection (twin/iam/recorder.py)."""
+    import boto3
+
+    def add_header(request: Any, **_: Any) -> None:
+        request.headers["X-Twin-Caller"] = function_name
+
+    # the default session (made by whoever set it up first), before the handler creates any client
+    boto3._get_default_session().events.register("before-send", add_header)
+
+
 def main() -> None:
     handler_path, function_arn = sys.argv[1], sys.argv[2]
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints and EMF metrics of the handler go to the log, not the protocol
     sys.stdout = sys.stderr
     module_name, _, attr = handler_path.rpartition(".")
+    _install_state_header()
+    _mark_aws_calls(os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "twin-function"))
     try:
         handler = getattr(importlib.import_module(module_name), attr)
         init_error = None
@@ -55,6 +88,7 @@ def main() -> None:
         handler, init_error = None, exc
     for line in sys.stdin:
         request = json.loads(line)
+        _current["state"] = request.get("state")
         if init_error is not None:
             reply = _error(init_error)
         else:

@@ -3,8 +3,17 @@
 //
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
-//       python, worker, logDir, waitMs, retryMs, throttledCallsPerFunction}
-// RESULT: {status, output, error, cause, events, invocations}
+//       python, worker, logDir, waitMs, retryMs, throttledCallsPerFunction,
+//       fault: null | {kind: error|throttle|abort|lost, state: <Task state>}, emulatorEndpoint}
+// RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
+//          workflowReport, fault: {kind, state, applied: bool, detail}}
+//
+// Faults (KIND@STATE): error = the task's Lambda raises TwinInjectedError on its first call in
+// STATE; throttle = every invocation tells its worker the state it runs for, the worker marks
+// each AWS request with it and the emulator throttles the first requests of that state; abort =
+// StopExecution as STATE is entered, while its Lambda call is in flight: that call completes (as a
+// real Lambda does after an abort) and the runner waits for it before reporting ABORTED; lost =
+// as STATE is entered, the emulator terminates this execution's transfer instance (Spot).
 
 // aws-local-stepfunctions 3.0.0 calls Promise.withResolvers (Node >= 22); Node 20 lacks it.
 if (typeof Promise.withResolvers !== 'function') {
@@ -25,7 +34,9 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
-const { StateMachine, ExecutionError } = await import('aws-local-stepfunctions');
+const { StateMachine, ExecutionError, ExecutionAbortedError, ExecutionTimeoutError } = await import(
+  'aws-local-stepfunctions'
+);
 
 const [jobPath, resultPath] = process.argv.slice(2);
 if (!jobPath || !resultPath) {
@@ -81,13 +92,13 @@ class Worker {
     });
   }
 
-  invoke(event) {
+  invoke(event, state) {
     if (this.exited) return Promise.reject(new Error(this.exited));
     const id = this.nextId++;
     const requestId = randomUUID();
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.proc.stdin.write(`${JSON.stringify({ id, requestId, event })}\n`);
+      this.proc.stdin.write(`${JSON.stringify({ id, requestId, event, state })}\n`);
     }).then((msg) => ({ ...msg, requestId }));
   }
 
@@ -124,6 +135,41 @@ class LambdaFunctionError extends Error {
   }
 }
 
+/** The error fault error@STATE makes the task's Lambda raise (a handler error, like any other). */
+class TwinInjectedError extends Error {
+  constructor(stateName, requestId) {
+    const message = `twin fault error@${stateName}: the Lambda raised on its first call in this state`;
+    super(
+      JSON.stringify({
+        errorMessage: message,
+        errorType: 'TwinInjectedError',
+        requestId,
+        stackTrace: [],
+      }),
+    );
+    this.name = 'TwinInjectedError';
+  }
+}
+
+const fault = job.fault ?? null;
+const faultReport = fault ? { ...fault, applied: false, detail: null } : null;
+const inflight = new Set();
+let execution = null;
+
+/** Whether this call is the first one in the faulted state (each fault fires once). */
+function faultHere(kind, stateName) {
+  return fault && fault.kind === kind && fault.state === stateName && !faultReport.applied;
+}
+
+async function loseInstance() {
+  const answer = await fetch(`${job.emulatorEndpoint}/_twin/lost`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ execution: job.context.Execution.Name }),
+  });
+  return (await answer.json()).interrupted ?? [];
+}
+
 class LambdaServiceError extends Error {
   constructor(name, message) {
     super(message);
@@ -141,6 +187,19 @@ function taskHandler(stateName, arn, unwrapPayload) {
     const started = Date.now();
     const record = { state: stateName, function: fn?.name ?? fnArn, started, ms: 0, error: null };
     invocations.push(record);
+    if (faultHere('error', stateName)) {
+      faultReport.applied = true;
+      faultReport.detail = 'the Lambda raised TwinInjectedError';
+      record.error = 'TwinInjectedError';
+      throw new TwinInjectedError(stateName, randomUUID());
+    }
+    if (faultHere('lost', stateName)) {
+      faultReport.applied = true;
+      const lost = await loseInstance();
+      faultReport.detail = lost.length
+        ? `terminated ${lost.join(', ')} (Spot interruption)`
+        : 'no running transfer instance of this execution';
+    }
     if (n <= (job.throttledCallsPerFunction ?? 0)) {
       record.error = 'Lambda.TooManyRequestsException';
       throw new LambdaServiceError(
@@ -148,7 +207,15 @@ function taskHandler(stateName, arn, unwrapPayload) {
         'Rate Exceeded. (Service: Lambda, Status Code: 429, Request ID: ' + randomUUID() + ')',
       );
     }
-    const msg = await workerFor(fnArn).invoke(event);
+    const call = workerFor(fnArn).invoke(event, stateName);
+    inflight.add(call);
+    call.catch(() => {}).finally(() => inflight.delete(call));
+    if (faultHere('abort', stateName)) {
+      faultReport.applied = true;
+      faultReport.detail = 'StopExecution while the Lambda call was in flight; the call completed';
+      setImmediate(() => execution.abort());
+    }
+    const msg = await call;
     record.ms = Date.now() - started;
     if (!msg.ok) {
       record.error = msg.errorType;
@@ -211,7 +278,7 @@ const context = {
 };
 
 const machine = new StateMachine(job.definition, { validationOptions: { checkArn: false } });
-const execution = machine.run(job.input, {
+execution = machine.run(job.input, {
   overrides: { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides },
   context,
 });
@@ -237,12 +304,25 @@ try {
   result.output = await execution.result;
   result.status = 'SUCCEEDED';
 } catch (err) {
-  result.status = 'FAILED';
-  const inner = err instanceof ExecutionError ? err.cause : err;
-  result.error = inner?.name ?? String(err);
-  result.cause = inner?.cause ?? inner?.message ?? null;
+  if (err instanceof ExecutionAbortedError) {
+    result.status = 'ABORTED';
+  } else if (err instanceof ExecutionTimeoutError) {
+    result.status = 'TIMED_OUT';
+    result.error = 'States.Timeout';
+  } else {
+    result.status = 'FAILED';
+    const inner = err instanceof ExecutionError ? err.cause : err;
+    result.error = inner?.name ?? String(err);
+    result.cause = inner?.cause ?? inner?.message ?? null;
+  }
 }
+// An aborted execution's Lambda calls still run to their end, as in AWS: wait for them.
+await Promise.allSettled([...inflight]);
+if (result.status === 'ABORTED') await new Promise((res) => setTimeout(res, 50));
 await collecting;
 for (const worker of workers.values()) worker.stop();
-writeFileSync(resultPath, JSON.stringify({ ...result, events, invocations, workflowReport }, null, 1));
+writeFileSync(
+  resultPath,
+  JSON.stringify({ ...result, events, invocations, workflowReport, fault: faultReport }, null, 1),
+);
 process.exit(0);

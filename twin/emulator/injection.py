@@ -1,0 +1,117 @@
+"""Faults the runner asks for while an execution runs, at the emulator's HTTP front door.
+
+- `throttle@STATE`: the Lambda worker marks every AWS request with `X-Twin-State: <Task state>`
+  (percent-encoded); the first Faults.throttled_requests requests marked with the faulted state
+  are answered with the service's own throttling error, never reaching moto: EC2
+  `RequestLimitExceeded` (HTTP 503), STS `Throttling` (400), the JSON services (SSM, EventBridge,
+  KMS, Step Functions) `ThrottlingException` (400).
+- `lost@STATE`: the runner POSTs `/_twin/lost` {"execution": name} when it enters the state; every
+  instance tagged with that execution that is not terminated is terminated as by a Spot
+  interruption (ec2_twin.interrupt_spot_instance).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import unquote
+
+from moto.ec2.models import ec2_backends
+
+from . import state as st
+from .ec2_twin import interrupt_spot_instance
+
+EXECUTION_TAG = "ebs-snapshot-compactor:execution"
+_SERVICE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/aws4_request")
+
+StartResponse = Callable[..., Any]
+
+
+def service_of(environ: dict[str, Any]) -> str:
+    m = _SERVICE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    return m.group(1) if m else ""
+
+
+def throttling_response(service: str) -> tuple[str, list[tuple[str, str]], bytes]:
+    """(status line, headers, body) of the service's throttling answer."""
+    request_id = str(uuid.uuid4())
+    if service == "ec2":
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error>'
+            "<Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message>"
+            f"</Error></Errors><RequestID>{request_id}</RequestID></Response>"
+        )
+        return "503 Service Unavailable", [("Content-Type", "text/xml")], body.encode()
+    if service == "sts":
+        body = (
+            "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code>"
+            f"<Message>Rate exceeded</Message></Error><RequestId>{request_id}</RequestId>"
+            "</ErrorResponse>"
+        )
+        return "400 Bad Request", [("Content-Type", "text/xml")], body.encode()
+    body = json.dumps({"__type": "ThrottlingException", "message": "Rate exceeded"})
+    return (
+        "400 Bad Request",
+        [("Content-Type", "application/x-amz-json-1.1"), ("x-amzn-RequestId", request_id)],
+        body.encode(),
+    )
+
+
+def interrupt_execution_instances(account: str, region: str, execution: str) -> list[str]:
+    backend = ec2_backends[account][region]
+    hit = []
+    for reservation in backend.all_reservations():
+        for instance in reservation.instances:
+            tags = backend.tags.get(instance.id, {})
+            if tags.get(EXECUTION_TAG) == execution and instance.state != "terminated":
+                interrupt_spot_instance(backend, instance.id)
+                hit.append(instance.id)
+    return hit
+
+
+class Middleware:
+    """WSGI wrapper around moto's server application."""
+
+    def __init__(self, app: Any, account: str, region: str) -> None:
+        self.app = app
+        self.account = account
+        self.region = region
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        emu = st.ACTIVE
+        if environ.get("PATH_INFO", "").startswith("/_twin/"):
+            return self._control(environ, start_response)
+        marked = environ.get("HTTP_X_TWIN_STATE")
+        if emu is not None and marked and emu.faults.throttle_state == unquote(marked):
+            state = unquote(marked)
+            with emu.lock:
+                served = emu.throttled_served.get(state, 0)
+                throttle = served < emu.faults.throttled_requests
+                if throttle:
+                    emu.throttled_served[state] = served + 1
+            if throttle:
+                status, headers, body = throttling_response(service_of(environ))
+                start_response(status, [*headers, ("Content-Length", str(len(body)))])
+                return [body]
+        return self.app(environ, start_response)  # type: ignore[no-any-return]
+
+    def _control(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        request = json.loads(environ["wsgi.input"].read(length) or b"{}")
+        emu = st.ACTIVE
+        if environ["PATH_INFO"] == "/_twin/lost" and emu is not None:
+            hit = interrupt_execution_instances(self.account, self.region, request["execution"])
+            with emu.lock:
+                emu.lost_instances.extend(hit)
+            answer: dict[str, Any] = {"interrupted": hit}
+            status = "200 OK"
+        else:
+            answer, status = {"error": f"no twin control {environ['PATH_INFO']}"}, "404 Not Found"
+        body = json.dumps(answer).encode()
+        start_response(
+            status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
