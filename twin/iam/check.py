@@ -1,0 +1,186 @@
+"""Checks the recorded calls of a twin run against the synthesized roles (conditions included).
+
+    denials = check_calls(emu.calls_path, deployment)   # [] when every call would be allowed
+
+Each recorded call's authorizations (resolve.py), plus what RunInstances with the stack's launch
+template implies (iam:PassRole of the instance profile's role, ssm:GetParameters of its resolve:ssm:
+image), go through @cloud-copilot/iam-simulate (check.mjs) with the policies of the caller's role as the
+template gives them (inline, AWS::IAM::Policy, AWS::IAM::ManagedPolicy and AWS managed policies), with
+the twin's physical names and ARNs substituted (twin/cfn.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..cfn import Deployment, Resolver, load_template, resources_of
+from . import resolve
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKER = Path(__file__).with_name("check.mjs")
+
+Policies = dict[str, list[dict[str, Any]]]
+
+
+@dataclass
+class Denial:
+    caller: str
+    call: str  # the recorded API call, e.g. ec2:RunInstances
+    action: str  # the IAM action authorized, e.g. ec2:CreateTags for RunInstances' tags
+    resource: str
+    decision: str  # ImplicitlyDenied, ExplicitlyDenied, Error (unmodelled or invalid)
+    reason: str
+
+    def __str__(self) -> str:
+        what = self.call if self.call == self.action else f"{self.call} ({self.action})"
+        return f"{self.caller}: {what} on {self.resource}: {self.decision} {self.reason}".rstrip()
+
+
+def _cdk_out(deployment: Deployment) -> Path:
+    for fn in deployment.functions.values():
+        for candidate in (fn.code_dir.parent, fn.code_dir.parent.parent):
+            if (candidate / "manifest.json").exists():
+                return candidate
+    raise FileNotFoundError("cannot find the cloud assembly of the deployment; pass cdk_out")
+
+
+def _ref_name(node: Any) -> str | None:
+    if isinstance(node, dict) and "Ref" in node:
+        return str(node["Ref"])
+    if isinstance(node, dict) and "Fn::GetAtt" in node:
+        arg = node["Fn::GetAtt"]
+        return str(arg[0] if isinstance(arg, list) else arg.split(".")[0])
+    return None
+
+
+def role_policies(template: dict[str, Any], r: Resolver) -> dict[str, list[dict[str, Any]]]:
+    """Role logical id -> its policies ({name, policy} or {name, managed}) with intrinsics resolved."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for logical, role in resources_of(template, "AWS::IAM::Role").items():
+        props = role["Properties"]
+        entries = [
+            {"name": p["PolicyName"], "policy": r.resolve(p["PolicyDocument"])}
+            for p in props.get("Policies", [])
+        ]
+        for arn in r.resolve(props.get("ManagedPolicyArns", [])):
+            if ":iam::aws:policy/" in arn:
+                entries.append({"name": arn, "managed": arn.rsplit("/", 1)[-1]})
+        out[logical] = entries
+    for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        for logical, policy in resources_of(template, kind).items():
+            props = policy["Properties"]
+            for role in props.get("Roles", []):
+                name = _ref_name(role)
+                if name in out:
+                    out[name].append(
+                        {"name": logical, "policy": r.resolve(props["PolicyDocument"])}
+                    )
+    return out
+
+
+def _launch_template_extras(
+    template: dict[str, Any], r: Resolver, region: str
+) -> tuple[str | None, str | None]:
+    """(instance role ARN, AMI parameter ARN) of the stack's launch template."""
+    role_arn = parameter_arn = None
+    for lt in resources_of(template, "AWS::EC2::LaunchTemplate").values():
+        data = lt["Properties"]["LaunchTemplateData"]
+        image = str(data.get("ImageId", ""))
+        if image.startswith("resolve:ssm:"):
+            parameter_arn = (
+                f"arn:aws:ssm:{region}::parameter/{image.removeprefix('resolve:ssm:').lstrip('/')}"
+            )
+        profile = _ref_name(data.get("IamInstanceProfile", {}).get("Arn"))
+        if profile:
+            roles = template["Resources"][profile]["Properties"]["Roles"]
+            role_arn = str(r.resolve({"Fn::GetAtt": [_ref_name(roles[0]), "Arn"]}))
+    return role_arn, parameter_arn
+
+
+def load_calls(recording_path: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line) for line in Path(recording_path).read_text().splitlines() if line.strip()
+    ]
+
+
+def check_calls(
+    recording_path: Path,
+    deployment: Deployment,
+    *,
+    cdk_out: Path | None = None,
+    edit_policies: Callable[[Policies], None] | None = None,
+) -> list[Denial]:
+    """Every recorded call the caller's role would not allow (and every call that could not be
+    modelled). `edit_policies` may change the callers' policies first (tests remove a grant)."""
+    _, template = load_template(cdk_out or _cdk_out(deployment))
+    r = Resolver(template, deployment, params=Resolver.parameter_values(template))
+    by_role = role_policies(template, r)
+    instance_role, ami_parameter = _launch_template_extras(template, r, deployment.region)
+
+    policies: Policies = {}
+    for fn in deployment.functions.values():
+        role = _ref_name(template["Resources"][fn.logical_id]["Properties"].get("Role"))
+        if role in by_role:
+            policies[fn.name] = copy.deepcopy(by_role[role])
+    if edit_policies is not None:
+        edit_policies(policies)
+
+    denials: list[Denial] = []
+    requests: list[dict[str, Any]] = []
+    meta: list[tuple[str, str]] = []
+    for entry in load_calls(recording_path):
+        caller, call = entry["caller"], f"{entry['service']}:{entry['action']}"
+        if "unmodelled" in entry:
+            denials.append(Denial(caller, call, call, "?", "Error", entry["unmodelled"]))
+            continue
+        contexts = [resolve.Context(**_ctx_args(c)) for c in entry["contexts"]]
+        contexts += resolve.implied(
+            contexts, instance_role_arn=instance_role, ami_parameter_arn=ami_parameter
+        )
+        for c in contexts:
+            requests.append({"id": len(requests), "caller": caller, **c.as_json()})
+            meta.append((caller, call))
+    if not requests:
+        return denials
+
+    with tempfile.TemporaryDirectory(prefix="twin-iam-") as tmp:
+        job, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
+        job.write_text(json.dumps({"policies": policies, "requests": requests}))
+        done = subprocess.run(
+            ["node", str(CHECKER), str(job), str(result)], cwd=REPO, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"twin/iam/check.mjs failed:\n{done.stderr}")
+        decisions = json.loads(result.read_text())
+    for decision in decisions:
+        if decision["decision"] == "Allowed":
+            continue
+        request = requests[decision["id"]]
+        caller, call = meta[decision["id"]]
+        reason = decision.get("reason") or ""
+        if request.get("why"):
+            reason = f"({request['why']}) {reason}".strip()
+        denials.append(
+            Denial(
+                caller, call, request["action"], request["resource"], decision["decision"], reason
+            )
+        )
+    return denials
+
+
+def _ctx_args(c: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "action": c["action"],
+        "resource": c["resource"],
+        "resource_type": c["resourceType"],
+        "account": c["accountId"],
+        "context": c.get("context", {}),
+        "why": c.get("why", ""),
+    }
