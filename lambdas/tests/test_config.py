@@ -23,6 +23,9 @@ VALID = {
     "MAX_LAUNCH_ATTEMPTS": "3",
     "ROOT_DEVICE_NAME": "/dev/xvda",
     "ROOT_VOLUME_GIB": "8",
+    "ARCHITECTURE": "arm64",
+    "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
+    "COMPACTION_POLL_SECONDS": "120",
 }
 
 
@@ -36,6 +39,13 @@ def test_reads_every_variable() -> None:
     assert config.max_volume_gib == 2048
     assert config.max_launch_attempts == 3
     assert (config.root_device_name, config.root_volume_gib) == ("/dev/xvda", 8)
+    assert config.architecture == "arm64"
+    assert (config.state_machine_timeout_minutes, config.compaction_poll_seconds) == (2880, 120)
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_instance_types_means_sized_by_the_job(value: str) -> None:
+    assert Config.from_env({**VALID, "INSTANCE_TYPES": value}).instance_types == ()
 
 
 def test_is_frozen() -> None:
@@ -74,6 +84,14 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("ROOT_VOLUME_GIB", "0", "1-65536"),
         ("ROOT_VOLUME_GIB", "65537", "1-65536"),
         ("ROOT_VOLUME_GIB", "8GiB", "not an integer"),
+        ("INSTANCE_TYPES", "m7i.large,,bad", "bad: bad"),
+        ("ARCHITECTURE", "x86", "one of x86_64, arm64"),
+        ("ARCHITECTURE", "", "missing or empty"),
+        ("STATE_MACHINE_TIMEOUT_MINUTES", "9", "10-525600"),
+        ("STATE_MACHINE_TIMEOUT_MINUTES", "525601", "10-525600"),
+        ("STATE_MACHINE_TIMEOUT_MINUTES", "2d", "not an integer"),
+        ("COMPACTION_POLL_SECONDS", "0", "1-86400"),
+        ("COMPACTION_POLL_SECONDS", "", "missing or empty"),
     ],
 )
 def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:

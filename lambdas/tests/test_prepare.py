@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 import boto3
@@ -486,3 +487,120 @@ def test_prepare_creates_nothing_and_leaves_the_source_alone(world: World) -> No
     run(world, {"imageId": SOURCE_IMAGE_ID})
     assert world.inventory() == before
     assert world.ec2.describe_snapshots(SnapshotIds=[snapshot_id])["Snapshots"] == described
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (
+            {"PlatformDetails": "Windows", "UsageOperation": "RunInstances:0002"},
+            r"bills as Windows \(UsageOperation RunInstances:0002, not RunInstances\)",
+        ),
+        (
+            {"PlatformDetails": "Red Hat Enterprise Linux", "UsageOperation": "RunInstances:0010"},
+            "UsageOperation RunInstances:0010",
+        ),
+        (
+            {"ProductCodes": [{"ProductCodeId": "abc123", "ProductCodeType": "marketplace"}]},
+            "product codes abc123",
+        ),
+        ({"Platform": "windows"}, r"Windows AMI \(Platform windows\)"),
+    ],
+)
+def test_paid_or_windows_image_is_refused_before_anything_is_created(
+    world: World, overrides: dict[str, Any], why: str
+) -> None:
+    serve_image(source_image(world, **overrides))
+    before = world.inventory()
+    with pytest.raises(errors.UnsupportedImage) as caught:
+        run(world, {"imageId": SOURCE_IMAGE_ID})
+    message = str(caught.value)
+    assert re.search(why, message), message
+    assert "would register as Linux/UNIX" in message
+    assert "Compact its data volumes as snapshots instead" in message
+    assert world.inventory() == before
+
+
+OTHER_ACCOUNT_KEY = "arn:aws:kms:us-east-1:111122223333:key/0f0e0d0c-0b0a-0908-0706-050403020100"
+
+
+def encrypted_with(world: World, key_arn: str) -> str:
+    """An encrypted source snapshot whose key is key_arn (DescribeKey answers for it)."""
+    snapshot_id = world.snapshot(encrypted=True)
+    snapshot_state(KmsKeyId=key_arn, Encrypted=True)
+    respond(
+        aws.kms(),
+        "DescribeKey",
+        lambda params: {
+            "KeyMetadata": {
+                "KeyId": key_arn.rsplit("/", 1)[1],
+                "Arn": key_arn,
+                "AWSAccountId": key_arn.split(":")[4],
+                "Enabled": True,
+                "KeyState": "Enabled",
+                "KeyUsage": "ENCRYPT_DECRYPT",
+                "KeySpec": "SYMMETRIC_DEFAULT",
+            }
+        }
+        if params["KeyId"] == key_arn
+        else None,
+    )
+    return snapshot_id
+
+
+def test_other_account_key_is_replaced_by_the_default_ebs_key(world: World) -> None:
+    snapshot_id = encrypted_with(world, OTHER_ACCOUNT_KEY)
+    plan = run(world, {"snapshotId": snapshot_id})
+    volume = plan["volumes"][0]
+    assert volume["encrypted"] is True
+    assert (volume["targetKmsKeyId"], volume["kmsKeyId"]) == (None, None)
+    assert volume["sourceKmsKeyId"] == OTHER_ACCOUNT_KEY
+    assert len(plan["notes"]) == 1
+    assert "this account's default EBS key" in plan["notes"][0]
+    assert "belongs to account 111122223333" in plan["notes"][0]
+
+
+def test_other_account_key_is_replaced_by_the_input_key(world: World) -> None:
+    snapshot_id = encrypted_with(world, OTHER_ACCOUNT_KEY)
+    plan = run(world, {"snapshotId": snapshot_id, "kmsKeyId": world.kms_key_arn})
+    volume = plan["volumes"][0]
+    assert (volume["encrypted"], volume["targetKmsKeyId"]) == (True, world.kms_key_arn)
+    assert f"encrypted with KMS key {world.kms_key_arn}" in plan["notes"][0]
+
+
+def test_own_account_key_is_kept_without_a_note(world: World) -> None:
+    own_key = OTHER_ACCOUNT_KEY.replace("111122223333", "123456789012")
+    plan = run(world, {"snapshotId": encrypted_with(world, own_key)})
+    assert plan["volumes"][0]["targetKmsKeyId"] == own_key
+    assert plan["notes"] == []
+
+
+def test_this_account_comes_from_the_function_arn(world: World) -> None:
+    """The Lambda's own ARN names this account: the same key is "other" for another account."""
+    snapshot_id = encrypted_with(world, OTHER_ACCOUNT_KEY)
+    world.context.invoked_function_arn = (
+        "arn:aws:lambda:us-east-1:111122223333:function:compactor-test"
+    )
+    plan = run(world, {"snapshotId": snapshot_id})
+    assert (plan["volumes"][0]["targetKmsKeyId"], plan["notes"]) == (OTHER_ACCOUNT_KEY, [])
+
+
+def test_instance_types_by_job_size(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INSTANCE_TYPES", "")
+    small = run(world, {"snapshotId": world.snapshot(size=100)})
+    assert small["instanceTypes"] == ["m7i.large", "m6i.large", "c6i.large", "m5.large"]
+    big = run(world, {"snapshotId": world.snapshot(size=1000)})
+    assert big["instanceTypes"][0] == "m7i.2xlarge"
+    monkeypatch.setenv("ARCHITECTURE", "arm64")
+    assert run(world, {"snapshotId": world.snapshot(size=100)})["instanceTypes"][0] == "m7g.large"
+
+
+def test_job_too_large_is_refused_up_front(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_MACHINE_TIMEOUT_MINUTES", "180")
+    snapshot_id = world.snapshot(size=200)
+    before = world.inventory()
+    with pytest.raises(
+        errors.JobTooLarge, match=r"copying 200 GiB and verifying it on m7i.large.*stateMachineTimeoutMinutes to at least \d+"
+    ):
+        run(world, {"snapshotId": snapshot_id})
+    assert world.inventory() == before

@@ -115,12 +115,8 @@ def test_new_snapshots_carry_ami_lineage(world: World) -> None:
 
 
 def test_warns_about_what_register_image_cannot_carry(world: World) -> None:
-    plan, snapshots = compacted_image_job(
-        world,
-        PlatformDetails="Windows",
-        UsageOperation="RunInstances:0002",
-        ProductCodes=[{"ProductCodeId": "abc123", "ProductCodeType": "marketplace"}],
-    )
+    # paid, Windows and product-code AMIs never get here: prepare refuses them (test_prepare)
+    plan, snapshots = compacted_image_job(world, DeprecationTime="2027-01-01T00:00:00.000Z")
     warnings = register(world, plan, snapshots)["warnings"]
     assert len(warnings) == 2
     assert "Windows (RunInstances:0002)" in warnings[0]
