@@ -39,11 +39,19 @@ export interface AslDefinition {
 export const FUNCTION_ARN_PREFIX = 'arn:aws:lambda:us-east-1:111122223333:function:';
 
 /**
- * The state machine's definition as Step Functions sees it, with each function ARN token replaced by
- * FUNCTION_ARN_PREFIX + the function's logical id (what the twin does with real ARNs).
+ * A state machine's definition as Step Functions sees it, with each function ARN token replaced by
+ * FUNCTION_ARN_PREFIX + the function's logical id (what the twin does with real ARNs). `which` is the
+ * construct: `Workflow` (the compaction workflow) or `Cleanup` (the cleanup after a failed execution).
  */
-export function stateMachineDefinition(template: Template): AslDefinition {
-  const machines = Object.values(template.findResources('AWS::StepFunctions::StateMachine'));
+export function stateMachineDefinition(
+  template: Template,
+  which: 'Workflow' | 'Cleanup' = 'Workflow',
+): AslDefinition {
+  const all = template.findResources('AWS::StepFunctions::StateMachine');
+  expect(Object.keys(all)).toHaveLength(2);
+  const machines = Object.entries(all)
+    .filter(([id]) => id.startsWith(`${which}StateMachine`))
+    .map(([, machine]) => machine);
   expect(machines).toHaveLength(1);
   const definition = machines[0].Properties.DefinitionString;
   const parts: unknown[] = definition['Fn::Join'] ? definition['Fn::Join'][1] : [definition];

@@ -1,5 +1,5 @@
 import { LAMBDA_SERVICE_ERRORS, PHASES } from '../../lib/workflow-building-blocks';
-import { AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
+import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 /** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
 function successors(state: AslState): string[] {
@@ -9,6 +9,19 @@ function successors(state: AslState): string[] {
     ...(state.Default ? [state.Default] : []),
     ...(state.Catch ?? []).map((c) => c.Next),
   ];
+}
+
+/** Every state reachable from `from` (itself included). */
+function reachable(definition: AslDefinition, from: string): Set<string> {
+  const seen = new Set<string>();
+  const todo = [from];
+  while (todo.length > 0) {
+    const name = todo.pop()!;
+    if (seen.has(name)) continue;
+    seen.add(name);
+    todo.push(...successors(definition.States[name]));
+  }
+  return seen;
 }
 
 /** Strongly connected components with more than one state (Tarjan), over the given edges. */
@@ -50,7 +63,8 @@ function cycles(names: string[], edges: (name: string) => string[]): string[][] 
 
 /**
  * The edge a bounded Choice takes to go round again, if the Choice compares an attempt counter with a
- * fixed number: `>= bound` exits (Default continues) or `< bound` continues (Default exits).
+ * fixed number: `>= bound` exits (Default continues) or `< bound` continues (Default exits). A bound read
+ * from the state (`>= $.path`) counts only with a fixed cap beside it in the same Choice.
  */
 function boundedContinuation(state: AslState): { counter: string; edge: string } | undefined {
   if (state.Type !== 'Choice') return undefined;
@@ -59,6 +73,7 @@ function boundedContinuation(state: AslState): { counter: string; edge: string }
     if (!counter) continue;
     if (typeof rule.NumericGreaterThanEquals === 'number')
       return { counter: counter[1], edge: state.Default! };
+    if (typeof rule.NumericGreaterThanEqualsPath === 'string') continue; // needs the fixed cap too
     if (typeof rule.NumericLessThan === 'number') return { counter: counter[1], edge: rule.Next };
   }
   return undefined;
@@ -75,8 +90,11 @@ function increments(state: AslState, counter: string): boolean {
 describe('state machine definition', () => {
   const template = synthTemplate({
     compactionPollSeconds: 90,
-    compactionPollMaxAttempts: 200,
-    maxLaunchAttempts: 4,
+    sourcePollSeconds: 45,
+    sourcePollMaxAttempts: 100,
+    attachPollSeconds: 20,
+    attachPollMaxAttempts: 30,
+    maxLaunchAttempts: 2,
   });
   const definition = stateMachineDefinition(template);
   const states = Object.entries(definition.States);
@@ -89,6 +107,7 @@ describe('state machine definition', () => {
         'prepare',
         'launch',
         'check_instance',
+        'attach_volumes',
         'start_compaction',
         'check_compaction',
         'create_snapshots',
@@ -113,21 +132,54 @@ describe('state machine definition', () => {
     expect(state.ResultPath).toMatch(/^\$\.[a-zA-Z]+$/);
   });
 
-  test('main-path tasks catch into the failure chain, which keeps the original error in $.error', () => {
+  const FAILURE_CHAIN = new Set(['Teardown after failure', 'Report failure']);
+  const WARNINGS_CHAIN = new Set(['Teardown with warnings', 'Report with warnings']);
+  const afterDelivery = reachable(definition, 'Delivered');
+  const lastCatch = (state: AslState) => state.Catch![state.Catch!.length - 1];
+
+  test('Delivered follows the snapshot loop; the tasks after it are image, FSR, teardown, report and the warnings chain', () => {
+    expect(definition.States['Snapshots: done'].Next).toBe('Delivered');
+    expect(definition.States['Delivered'].Type).toBe('Pass');
+    const tasksAfter = tasks.filter(([name]) => afterDelivery.has(name)).map(([name]) => name);
+    expect(tasksAfter.sort()).toEqual(
+      [
+        'Register image',
+        'Enable fast snapshot restore',
+        'Teardown',
+        'Report',
+        'Teardown with warnings',
+        'Report with warnings',
+      ].sort(),
+    );
+  });
+
+  test('before Delivered every task catches into the failure chain, which keeps the original error in $.error', () => {
     const failureStart = definition.States['Failure'];
     expect(failureStart).toMatchObject({ Type: 'Pass', Result: 'failure', ResultPath: '$.outcome' });
-    const chainTasks = new Set(['Teardown after failure', 'Report failure']);
-    for (const [name, state] of tasks.filter(([n]) => !chainTasks.has(n))) {
-      const last = state.Catch![state.Catch!.length - 1];
+    const before = tasks.filter(([name]) => !afterDelivery.has(name) && !FAILURE_CHAIN.has(name));
+    expect(before.map(([name]) => name).sort()).toEqual(
+      [
+        'Prepare',
+        'Launch transfer instance',
+        'Check instance',
+        'Attach volumes',
+        'Start compaction',
+        'Check compaction',
+        'Create snapshots',
+        'Check snapshots',
+        'Teardown before relaunch',
+      ].sort(),
+    );
+    for (const [name, state] of before) {
+      const last = lastCatch(state);
       expect({ name, next: last.Next, resultPath: last.ResultPath }).toEqual({
         name,
         next: 'Failure',
         resultPath: '$.error',
       });
     }
-    for (const name of chainTasks) {
-      const last = definition.States[name].Catch!.at(-1)!;
-      expect(last.ResultPath).not.toBe('$.error');
+    for (const name of FAILURE_CHAIN) {
+      expect(lastCatch(definition.States[name]).ResultPath).not.toBe('$.error');
     }
     expect(definition.States['Failed']).toEqual({
       Type: 'Fail',
@@ -136,8 +188,88 @@ describe('state machine definition', () => {
     });
   });
 
+  test('after Delivered every task catches into the warnings chain and nothing reaches the failure chain', () => {
+    for (const name of ['Failure', 'Teardown after failure', 'Report failure', 'Failed']) {
+      expect({ name, reachable: afterDelivery.has(name) }).toEqual({ name, reachable: false });
+    }
+    expect([...afterDelivery].filter((name) => definition.States[name].Type === 'Fail')).toEqual([]);
+    for (const [name, state] of tasks.filter(([n]) => afterDelivery.has(n) && !WARNINGS_CHAIN.has(n))) {
+      const last = lastCatch(state);
+      expect({ name, next: last.Next, resultPath: last.ResultPath }).toEqual({
+        name,
+        next: 'Delivered with warnings',
+        resultPath: '$.warning',
+      });
+    }
+    expect(definition.States['Teardown: gave up']).toMatchObject({
+      Parameters: { Error: 'TeardownIncomplete' },
+      ResultPath: '$.warning',
+      Next: 'Delivered with warnings',
+    });
+    // Every teardown after delivery keeps the outputs: outcome success with the new snapshots in keep.
+    for (const name of ['Teardown', 'Teardown with warnings']) {
+      expect(definition.States[name].Parameters).toEqual({
+        'executionName.$': '$$.Execution.Name',
+        outcome: 'success',
+        keep: { 'snapshotIds.$': '$.snapshots.snapshots[*].snapshotId', 'imageId.$': '$.image.imageId' },
+      });
+    }
+  });
+
+  test('the warnings chain: outcome, teardown, report with warnings, Report unavailable, success', () => {
+    expect(definition.States['Delivered with warnings']).toMatchObject({
+      Type: 'Pass',
+      Result: 'succeeded-with-warnings',
+      ResultPath: '$.outcome',
+    });
+    expect(lastCatch(definition.States['Teardown with warnings'])).toMatchObject({
+      Next: 'Warnings: report phase',
+      ResultPath: '$.teardownError',
+    });
+    expect(definition.States['Report with warnings']).toMatchObject({
+      ResultPath: '$.report',
+      Next: 'Done with warnings',
+    });
+    expect(definition.States['Report with warnings'].Parameters).toBeUndefined();
+    expect(lastCatch(definition.States['Report with warnings'])).toEqual({
+      ErrorEquals: ['States.ALL'],
+      Next: 'Report unavailable',
+      ResultPath: '$.reportError',
+    });
+    expect(definition.States['Report unavailable']).toMatchObject({
+      Type: 'Pass',
+      ResultPath: '$.report',
+      Next: 'Done with warnings',
+      Parameters: {
+        outcome: 'succeeded-with-warnings',
+        'executionName.$': '$.executionName',
+        'newSnapshotIds.$': '$.snapshots.snapshots[*].snapshotId',
+        'imageId.$': '$.image.imageId',
+        'warning.$': '$.warning',
+        'reportError.$': '$.reportError',
+      },
+    });
+    expect(definition.States['Done with warnings']).toEqual({ Type: 'Succeed', OutputPath: '$.report' });
+  });
+
+  test('the instance-facing tasks get the attached volumes, not the ready result', () => {
+    expect(definition.States['Attach volumes']).toMatchObject({
+      Parameters: { 'plan.$': '$.plan', 'instance.$': '$.instance' },
+      ResultPath: '$.attached',
+    });
+    expect(definition.States['Start compaction'].Parameters).toEqual({
+      'plan.$': '$.plan',
+      'instance.$': '$.instance',
+      'attached.$': '$.attached',
+    });
+    expect(definition.States['Create snapshots'].Parameters).toEqual({
+      'plan.$': '$.plan',
+      'attached.$': '$.attached',
+    });
+  });
+
   test('InstanceLost from the instance and compaction checks goes to the relaunch path', () => {
-    for (const name of ['Check instance', 'Check compaction']) {
+    for (const name of ['Check instance', 'Attach volumes', 'Check compaction']) {
       const first = definition.States[name].Catch![0];
       expect(first).toEqual({
         ErrorEquals: ['InstanceLost'],
@@ -146,7 +278,7 @@ describe('state machine definition', () => {
       });
     }
     const again = definition.States['Launch again?'];
-    expect(again.Choices).toEqual([{ Variable: '$.launchAttempt', NumericLessThan: 4, Next: 'Relaunch' }]);
+    expect(again.Choices).toEqual([{ Variable: '$.launchAttempt', NumericLessThan: 2, Next: 'Relaunch' }]);
     expect(again.Default).toBe('Failure');
   });
 
@@ -162,8 +294,8 @@ describe('state machine definition', () => {
         increments: true,
       });
     }
-    // ready, compaction, snapshot, three teardown loops and the relaunch.
-    expect(cut.size).toBe(7);
+    // sources, ready, attach, compaction, snapshot, four teardown loops and the relaunch.
+    expect(cut.size).toBe(10);
     const names = Object.keys(definition.States);
     expect(cycles(names, (name) => successors(definition.States[name])).length).toBeGreaterThan(0);
     const remaining = cycles(names, (name) =>
@@ -173,10 +305,57 @@ describe('state machine definition', () => {
   });
 
   test('poll loops use the configured interval and bound', () => {
-    expect(definition.States['Compaction: wait']).toMatchObject({ Type: 'Wait', Seconds: 90 });
-    expect(definition.States['Compaction: check'].Choices).toContainEqual({
+    const loops: [string, string, number, number, string][] = [
+      ['Wait for source snapshots', 'sources', 45, 100, 'SnapshotNotCompleted'],
+      ['Wait until ready', 'ready', 15, 40, 'InstanceNotReady'],
+      ['Attach volumes', 'attach', 20, 30, 'VolumesNotAttached'],
+      ['Snapshots', 'snapshot', 120, 360, 'SnapshotTimedOut'],
+    ];
+    for (const [loop, counter, seconds, attempts, error] of loops) {
+      expect(definition.States[`${loop}: wait`]).toMatchObject({ Type: 'Wait', Seconds: seconds });
+      expect(definition.States[`${loop}: check`].Choices).toContainEqual({
+        Variable: `$.polls.${counter}`,
+        NumericGreaterThanEquals: attempts,
+        Next: `${loop}: gave up`,
+      });
+      expect(definition.States[`${loop}: gave up`]).toMatchObject({
+        Parameters: { Error: error },
+        ResultPath: '$.error',
+        Next: 'Failure',
+      });
+    }
+    // Prepare and Attach volumes are called at once; the cause names what was still missing.
+    expect(definition.States['Wait for source snapshots: first call'].Next).toBe('Prepare');
+    expect(definition.States['Attach volumes: first call'].Next).toBe('Attach volumes');
+    expect(definition.States['Wait for source snapshots: check'].Choices![0]).toEqual({
+      Variable: '$.plan.sourcesReady',
+      BooleanEquals: true,
+      Next: 'Wait for source snapshots: done',
+    });
+    expect(definition.States['Wait for source snapshots: gave up'].Parameters!['Cause.$']).toMatch(
+      /^States\.Format\('Source snapshots still pending after 75 minutes .*States\.JsonToString\(\$\.plan\.pendingSnapshotIds\)\)$/,
+    );
+    expect(definition.States['Attach volumes: check'].Choices![0]).toMatchObject({
+      Variable: '$.attached.done',
+      BooleanEquals: true,
+    });
+  });
+
+  test('the compaction loop reads its interval and bound from the plan, capped at 360 calls', () => {
+    expect(definition.States['Compaction: wait']).toEqual({
+      Type: 'Wait',
+      SecondsPath: '$.plan.compactionPoll.intervalSeconds',
+      Next: 'Check compaction',
+    });
+    const choices = definition.States['Compaction: check'].Choices!;
+    expect(choices).toContainEqual({
       Variable: '$.polls.compaction',
-      NumericGreaterThanEquals: 200,
+      NumericGreaterThanEqualsPath: '$.plan.compactionPoll.maxAttempts',
+      Next: 'Compaction: gave up',
+    });
+    expect(choices).toContainEqual({
+      Variable: '$.polls.compaction',
+      NumericGreaterThanEquals: 360,
       Next: 'Compaction: gave up',
     });
     expect(definition.States['Compaction: gave up']).toMatchObject({
@@ -202,7 +381,7 @@ describe('state machine definition', () => {
       'input.$': '$',
       'executionName.$': '$$.Execution.Name',
       launchAttempt: 1,
-      polls: { ready: 0, compaction: 0, snapshot: 0, teardown: 0 },
+      polls: { sources: 0, ready: 0, attach: 0, compaction: 0, snapshot: 0, teardown: 0 },
     });
   });
 
@@ -212,5 +391,79 @@ describe('state machine definition', () => {
 
   test('the state machine timeout is set from the settings', () => {
     expect(definition.TimeoutSeconds).toBe(48 * 3600);
+  });
+});
+
+describe('cleanup state machine definition', () => {
+  const template = synthTemplate({ teardownPollSeconds: 20, teardownPollMaxAttempts: 12 });
+  const definition = stateMachineDefinition(template, 'Cleanup');
+  const modules = Object.entries(template.findResources('AWS::Lambda::Function')).map(([, fn]) => ({
+    module: String(fn.Properties.Handler),
+    timeout: Number(fn.Properties.Timeout),
+  }));
+
+  test('waits past the longest task Lambda of the main workflow, then tears down at once', () => {
+    const workflow = stateMachineDefinition(template);
+    const workflowFunctions = new Set(
+      Object.values(workflow.States)
+        .filter((state) => state.Type === 'Task')
+        .map((state) => taskModule(template, state)),
+    );
+    const longest = Math.max(
+      ...modules
+        .filter((m) => workflowFunctions.has(m.module.replace(/^compactor\.handlers\.|\.handler$/g, '')))
+        .map((m) => m.timeout),
+    );
+    expect(longest).toBeGreaterThanOrEqual(300);
+    expect(definition.StartAt).toBe('Start');
+    expect(definition.States['Start'].Next).toBe('Wait past the longest task');
+    const wait = definition.States['Wait past the longest task'];
+    expect(wait.Type).toBe('Wait');
+    expect(wait.Seconds).toBeGreaterThanOrEqual(longest + 60);
+    expect(wait.Next).toBe('Cleanup teardown: first call');
+    expect(definition.States['Cleanup teardown: first call'].Next).toBe('Cleanup teardown');
+  });
+
+  test('one Task: teardown with outcome cleanup for the ended execution, nothing kept', () => {
+    const tasks = Object.entries(definition.States).filter(([, state]) => state.Type === 'Task');
+    expect(tasks.map(([name]) => name)).toEqual(['Cleanup teardown']);
+    const [, task] = tasks[0];
+    expect(taskModule(template, task)).toBe('teardown');
+    expect(task.Parameters).toEqual({
+      'executionName.$': '$.executionName',
+      outcome: 'cleanup',
+      keep: { snapshotIds: [], 'imageId.$': "States.StringToJson('null')" },
+    });
+    expect(task.ResultPath).toBe('$.teardown');
+    expect(task.Catch!.at(-1)).toEqual({
+      ErrorEquals: ['States.ALL'],
+      ResultPath: '$.error',
+      Next: 'Cleanup failed',
+    });
+  });
+
+  test('until nothing remains (Succeed with the result), bounded by teardownPoll (Fail TeardownIncomplete)', () => {
+    const check = definition.States['Cleanup teardown: check'];
+    expect(check.Choices).toEqual([
+      { Variable: '$.teardown.remaining', NumericEquals: 0, Next: 'Cleanup teardown: done' },
+      { Variable: '$.polls.teardown', NumericGreaterThanEquals: 12, Next: 'Cleanup teardown: gave up' },
+    ]);
+    expect(definition.States['Cleanup teardown: wait']).toMatchObject({ Seconds: 20 });
+    expect(definition.States['Cleanup teardown: done'].Next).toBe('Cleaned up');
+    expect(definition.States['Cleaned up']).toEqual({ Type: 'Succeed', OutputPath: '$.teardown' });
+    expect(definition.States['Cleanup teardown: gave up']).toMatchObject({
+      Parameters: { Error: 'TeardownIncomplete' },
+      ResultPath: '$.error',
+      Next: 'Cleanup failed',
+    });
+    expect(definition.States['Cleanup failed']).toEqual({
+      Type: 'Fail',
+      ErrorPath: '$.error.Error',
+      CausePath: '$.error.Cause',
+    });
+  });
+
+  test('the state machine has a timeout longer than its wait and teardown bound', () => {
+    expect(definition.TimeoutSeconds).toBeGreaterThan(360 + 12 * 20);
   });
 });

@@ -49,6 +49,22 @@ const PLAN = {
   volumes: [{ index: 0, sourceSnapshotId: 'snap-a', deviceName: '/dev/xvda', sizeGiB: 8 }],
   image: null,
   fastSnapshotRestoreAzs: [],
+  sourcesReady: true,
+  pendingSnapshotIds: [],
+  compactionPoll: { intervalSeconds: 30, maxAttempts: 5 },
+};
+const ATTACHED = {
+  done: true,
+  volumes: [
+    {
+      index: 0,
+      sourceVolumeId: 'vol-src',
+      targetVolumeId: 'vol-tgt',
+      sourceDeviceName: '/dev/sdf',
+      targetDeviceName: '/dev/sdp',
+    },
+  ],
+  waitingFor: [],
 };
 
 /** Handlers that succeed at once, as on a smooth run. */
@@ -56,7 +72,9 @@ function happyHandlers(plan: Json = PLAN): Record<string, Handler> {
   return {
     prepare: () => plan,
     launch: (p) => ({ instanceId: `i-${p.launchAttempt}`, availabilityZone: 'us-east-1a' }),
-    check_instance: (_p, call) => ({ ready: call >= 2, state: 'running', pingStatus: 'Online', volumes: [] }),
+    check_instance: (_p, call) => ({ ready: call >= 2, state: 'running', pingStatus: 'Online' }),
+    attach_volumes: (_p, call) =>
+      call >= 2 ? ATTACHED : { done: false, volumes: [], waitingFor: ['volume 0: creating'] },
     start_compaction: () => ({ commandId: 'cmd-1' }),
     check_compaction: (_p, call) => ({
       done: call >= 2,
@@ -90,8 +108,9 @@ async function run(
   template: Template,
   input: Json,
   overrides: Partial<Record<string, Handler>> = {},
+  which: 'Workflow' | 'Cleanup' = 'Workflow',
 ): Promise<Outcome> {
-  const definition: AslDefinition = stateMachineDefinition(template);
+  const definition: AslDefinition = stateMachineDefinition(template, which);
   const handlers = { ...happyHandlers(), ...overrides };
   const calls: Call[] = [];
   const perModule: Record<string, number> = {};
@@ -134,8 +153,9 @@ const callsOf = (outcome: Outcome, module: string) => outcome.calls.filter((c) =
 
 describe('the workflow, run with fake tasks', () => {
   const template = synthTemplate({
+    sourcePollMaxAttempts: 3,
     readyPollMaxAttempts: 4,
-    compactionPollMaxAttempts: 5,
+    attachPollMaxAttempts: 3,
     teardownPollMaxAttempts: 3,
   });
   const input = { snapshotId: 'snap-a' };
@@ -148,6 +168,8 @@ describe('the workflow, run with fake tasks', () => {
       'launch',
       'check_instance',
       'check_instance',
+      'attach_volumes',
+      'attach_volumes',
       'start_compaction',
       'check_compaction',
       'check_compaction',
@@ -161,6 +183,8 @@ describe('the workflow, run with fake tasks', () => {
       launch,
       checkInstance,
       ,
+      attachVolumes,
+      ,
       startCompaction,
       checkCompaction,
       ,
@@ -172,11 +196,12 @@ describe('the workflow, run with fake tasks', () => {
     expect(prepare).toEqual({ input, executionName: EXECUTION_NAME });
     expect(launch).toEqual({ plan: PLAN, launchAttempt: 1 });
     expect(Object.keys(checkInstance).sort()).toEqual(['instance', 'plan']);
-    expect(Object.keys(startCompaction).sort()).toEqual(['instance', 'plan', 'ready']);
-    expect(startCompaction.ready.ready).toBe(true);
+    expect(Object.keys(attachVolumes).sort()).toEqual(['instance', 'plan']);
+    expect(Object.keys(startCompaction).sort()).toEqual(['attached', 'instance', 'plan']);
+    expect(startCompaction.attached).toEqual(ATTACHED);
     expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'instance']);
     expect(checkCompaction.command).toEqual({ commandId: 'cmd-1' });
-    expect(Object.keys(createSnapshots).sort()).toEqual(['plan', 'ready']);
+    expect(createSnapshots).toEqual({ plan: PLAN, attached: ATTACHED });
     expect(Object.keys(checkSnapshots)).toEqual(['snapshots']);
     expect(teardown).toEqual({
       executionName: EXECUTION_NAME,
@@ -192,6 +217,7 @@ describe('the workflow, run with fake tasks', () => {
         'prepare',
         'launch',
         'waitReady',
+        'attach',
         'compaction',
         'snapshot',
         'registerImage',
@@ -202,7 +228,14 @@ describe('the workflow, run with fake tasks', () => {
     );
     expect(report.timings.registerImage).toBeNull();
     expect(report.timings.compaction).toBe('2026-01-01T00:00:00Z');
-    expect(report.polls).toEqual({ ready: 2, compaction: 2, snapshot: 1, teardown: 1 });
+    expect(report.polls).toEqual({
+      sources: 1,
+      ready: 2,
+      attach: 2,
+      compaction: 2,
+      snapshot: 1,
+      teardown: 1,
+    });
     expect(outcome.output).toEqual({ outcome: 'success', executionName: EXECUTION_NAME, error: null });
   });
 
@@ -291,7 +324,7 @@ describe('the workflow, run with fake tasks', () => {
 
   test('a poll loop gives up at its bound with its timeout error, after tearing down', async () => {
     const outcome = await run(template, input, {
-      check_instance: () => ({ ready: false, state: 'pending', pingStatus: null, volumes: [] }),
+      check_instance: () => ({ ready: false, state: 'pending', pingStatus: null }),
     });
     expect(callsOf(outcome, 'check_instance')).toHaveLength(4);
     expect(modules(outcome).slice(-2)).toEqual(['teardown', 'report']);
@@ -329,5 +362,223 @@ describe('the workflow, run with fake tasks', () => {
     expect(outcome.error).toBeUndefined();
     expect(callsOf(outcome, 'launch')).toHaveLength(2);
     expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['success']);
+  });
+
+  test('pending source snapshots: prepare is called again until they are completed, then the run goes on', async () => {
+    const outcome = await run(template, input, {
+      prepare: (_p, call) =>
+        call < 3 ? { ...PLAN, sourcesReady: false, pendingSnapshotIds: ['snap-a'] } : PLAN,
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(0, 4)).toEqual(['prepare', 'prepare', 'prepare', 'launch']);
+    expect(callsOf(outcome, 'launch')[0].payload.plan).toEqual(PLAN);
+    expect(callsOf(outcome, 'report')[0].payload.polls.sources).toBe(3);
+  });
+
+  test('sources still pending at the bound: SnapshotNotCompleted naming them, after the failure teardown', async () => {
+    const outcome = await run(template, input, {
+      prepare: () => ({ ...PLAN, sourcesReady: false, pendingSnapshotIds: ['snap-a', 'snap-b'] }),
+    });
+    expect(modules(outcome)).toEqual(['prepare', 'prepare', 'prepare', 'teardown', 'report']);
+    expect(callsOf(outcome, 'teardown')[0].payload.outcome).toBe('failure');
+    expect(outcome.error?.name).toBe('SnapshotNotCompleted');
+    expect(outcome.error?.message).toContain('["snap-a","snap-b"]');
+    expect(outcome.error?.message).toContain('pending after 3 minutes'); // sourcePoll: 3 calls 60 s apart
+  });
+
+  test('an error in Report keeps the snapshots: warnings teardown (success), report with warnings, SUCCEEDED', async () => {
+    const outcome = await run(template, input, {
+      report: (state, call) => {
+        if (call === 1) throw new TaskError('EventsThrottled', 'PutEvents: Rate exceeded');
+        return { outcome: state.outcome, warning: state.warning };
+      },
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(-4)).toEqual(['teardown', 'report', 'teardown', 'report']);
+    const teardowns = callsOf(outcome, 'teardown').map((c) => c.payload);
+    expect(teardowns.map((t) => t.outcome)).toEqual(['success', 'success']);
+    for (const t of teardowns) expect(t.keep).toEqual({ snapshotIds: ['snap-new'], imageId: null });
+    const [, warningsReport] = outcome.calls.filter((c) => c.module === 'report');
+    expect(warningsReport.state).toBe('Report with warnings');
+    expect(warningsReport.payload.outcome).toBe('succeeded-with-warnings');
+    expect(warningsReport.payload.warning).toEqual({
+      Error: 'EventsThrottled',
+      Cause: 'PutEvents: Rate exceeded',
+    });
+    expect(outcome.output).toEqual({
+      outcome: 'succeeded-with-warnings',
+      warning: { Error: 'EventsThrottled', Cause: 'PutEvents: Rate exceeded' },
+    });
+  });
+
+  test('an error in Register image keeps the snapshots and skips to the warnings chain', async () => {
+    const plan = {
+      ...PLAN,
+      source: { kind: 'image', imageId: 'ami-a' },
+      fastSnapshotRestoreAzs: ['us-east-1a'],
+    };
+    const outcome = await run(
+      template,
+      { imageId: 'ami-a' },
+      {
+        prepare: () => plan,
+        register_image: () => {
+          throw new TaskError('ImageRegistrationFailed', 'RegisterImage: InvalidBlockDeviceMapping');
+        },
+      },
+    );
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(-3)).toEqual(['register_image', 'teardown', 'report']);
+    expect(callsOf(outcome, 'enable_fast_snapshot_restore')).toEqual([]);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload)).toEqual([
+      {
+        executionName: EXECUTION_NAME,
+        outcome: 'success',
+        keep: { snapshotIds: ['snap-new'], imageId: null },
+      },
+    ]);
+    const report = callsOf(outcome, 'report')[0];
+    expect(report.state).toBe('Report with warnings');
+    expect(report.payload).toMatchObject({
+      outcome: 'succeeded-with-warnings',
+      warning: { Error: 'ImageRegistrationFailed' },
+      image: { imageId: null },
+    });
+    expect(outcome.output.outcome).toBe('succeeded-with-warnings');
+  });
+
+  test('an error in Enable fast snapshot restore keeps the registered AMI too', async () => {
+    const plan = {
+      ...PLAN,
+      source: { kind: 'image', imageId: 'ami-a' },
+      fastSnapshotRestoreAzs: ['us-east-1a'],
+    };
+    const outcome = await run(
+      template,
+      { imageId: 'ami-a' },
+      {
+        prepare: () => plan,
+        enable_fast_snapshot_restore: () => {
+          throw new TaskError('FastSnapshotRestoreLimitExceeded', 'too many');
+        },
+      },
+    );
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.keep)).toEqual([
+      { snapshotIds: ['snap-new'], imageId: 'ami-new' },
+    ]);
+    expect(outcome.output.outcome).toBe('succeeded-with-warnings');
+  });
+
+  test('a success teardown that never finishes ends as a warning, not a failure', async () => {
+    const outcome = await run(template, input, { teardown: () => ({ remaining: 1 }) });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(Array(6).fill('success'));
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.warning.Error).toBe('TeardownIncomplete');
+    expect(report.teardownError.Error).toBe('TeardownIncomplete');
+    expect(outcome.output.outcome).toBe('succeeded-with-warnings');
+  });
+
+  test('the warnings report failing too ends in Report unavailable, which says what was delivered, and succeeds', async () => {
+    const outcome = await run(template, input, {
+      report: () => {
+        throw new TaskError('EventsUnavailable', 'PutEvents failed');
+      },
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'report').map((c) => c.state)).toEqual(['Report', 'Report with warnings']);
+    expect(outcome.output).toEqual({
+      outcome: 'succeeded-with-warnings',
+      executionName: EXECUTION_NAME,
+      newSnapshotIds: ['snap-new'],
+      imageId: null,
+      warning: { Error: 'EventsUnavailable', Cause: 'PutEvents failed' },
+      reportError: { Error: 'EventsUnavailable', Cause: 'PutEvents failed' },
+    });
+  });
+
+  test('an error in Check compaction (before delivery) goes to the failure chain and fails the execution', async () => {
+    const outcome = await run(template, input, {
+      check_compaction: () => {
+        throw new TaskError('CompactionFailed', 'sparsecopy: error: bad superblock');
+      },
+    });
+    expect(modules(outcome).slice(-3)).toEqual(['check_compaction', 'teardown', 'report']);
+    expect(callsOf(outcome, 'teardown')[0].payload).toEqual({
+      executionName: EXECUTION_NAME,
+      outcome: 'failure',
+      keep: { snapshotIds: [], imageId: null },
+    });
+    expect(callsOf(outcome, 'report')[0].state).toBe('Report failure');
+    expect(callsOf(outcome, 'create_snapshots')).toEqual([]);
+    expect(outcome.error).toEqual({ name: 'CompactionFailed', message: 'sparsecopy: error: bad superblock' });
+  });
+
+  test('the compaction loop stops at the bound the plan gives', async () => {
+    const plan = { ...PLAN, compactionPoll: { intervalSeconds: 600, maxAttempts: 2 } };
+    const outcome = await run(template, input, {
+      prepare: () => plan,
+      check_compaction: () => ({ done: false, status: 'InProgress', summary: null }),
+    });
+    expect(callsOf(outcome, 'check_compaction')).toHaveLength(2);
+    expect(outcome.error?.name).toBe('CompactionTimedOut');
+  });
+
+  test('InstanceLost in Attach volumes: teardown (retry) and a new launch', async () => {
+    const outcome = await run(template, input, {
+      attach_volumes: (_p, call) => {
+        if (call === 1) throw new TaskError('InstanceLost', 'i-1 was terminated (Spot interruption)');
+        return ATTACHED;
+      },
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'launch').map((c) => c.payload.launchAttempt)).toEqual([1, 2]);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['retry', 'success']);
+    expect(callsOf(outcome, 'attach_volumes')[1].payload.instance.instanceId).toBe('i-2');
+  });
+
+  test('volumes never attached: VolumesNotAttached at the attach bound, after the failure teardown', async () => {
+    const outcome = await run(template, input, {
+      attach_volumes: () => ({ done: false, volumes: [], waitingFor: ['volume 0: creating'] }),
+    });
+    expect(callsOf(outcome, 'attach_volumes')).toHaveLength(3);
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['failure']);
+    expect(outcome.error?.name).toBe('VolumesNotAttached');
+    expect(outcome.error?.message).toContain('volume 0: creating');
+  });
+});
+
+describe('the cleanup state machine, run with a fake teardown', () => {
+  const template = synthTemplate({ teardownPollMaxAttempts: 3 });
+  const input = {
+    executionName: 'exec-0',
+    executionArn: 'arn:aws:states:us-east-1:111122223333:execution:sm:exec-0',
+    status: 'ABORTED',
+  };
+
+  test('teardown with outcome cleanup for the ended execution until nothing remains', async () => {
+    const outcome = await run(
+      template,
+      input,
+      { teardown: (_p, call) => ({ remaining: 3 - call, deletedSnapshots: call === 1 ? ['snap-x'] : [] }) },
+      'Cleanup',
+    );
+    expect(outcome.error).toBeUndefined();
+    expect(outcome.calls.map((c) => c.state)).toEqual(Array(3).fill('Cleanup teardown'));
+    for (const call of outcome.calls) {
+      expect(call.payload).toEqual({
+        executionName: 'exec-0',
+        outcome: 'cleanup',
+        keep: { snapshotIds: [], imageId: null },
+      });
+    }
+    expect(outcome.output).toEqual({ remaining: 0, deletedSnapshots: [] });
+  });
+
+  test('resources left at the bound: the cleanup fails with TeardownIncomplete', async () => {
+    const outcome = await run(template, input, { teardown: () => ({ remaining: 2 }) }, 'Cleanup');
+    expect(outcome.calls).toHaveLength(3);
+    expect(outcome.error?.name).toBe('TeardownIncomplete');
   });
 });
