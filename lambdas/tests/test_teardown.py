@@ -160,8 +160,7 @@ def tagged_with_execution(world: World) -> dict[str, set[str]]:
             for s in ec2.describe_snapshots(OwnerIds=["self"], Filters=owned)["Snapshots"]
         },
         "images": {
-            i["ImageId"]
-            for i in ec2.describe_images(Owners=["self"], Filters=owned)["Images"]
+            i["ImageId"] for i in ec2.describe_images(Owners=["self"], Filters=owned)["Images"]
         },
     }
 
