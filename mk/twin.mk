@@ -1,12 +1,16 @@
 # Targets of the twin area: the local twin (twin/), its tests (test/twin) and `make demo`.
 # The twin synthesizes the stack into its own directory so it never races other users of cdk.out.
-.PHONY: lint-twin test-twin demo twin-synth
+.PHONY: lint-twin test-twin demo twin-synth sweep
 TWIN_PATHS := twin test/twin
 TWIN_CDK_OUT := out/twin/cdk.out
 FS ?= ext4
 INPUT ?= snapshot
 TRIGGER ?= api
 FAULT ?= none
+# make sweep STATES="Launch transfer instance,Report" KINDS=error,abort WORKERS=2
+STATES ?=
+KINDS ?=
+WORKERS ?= 2
 
 lint-twin: setup
 	$(VENV)/bin/ruff check $(TWIN_PATHS)
@@ -26,3 +30,8 @@ test-twin: twin-synth
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
 	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault $(FAULT)
+
+# Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
+sweep: twin-synth
+	$(PY) -m twin.sweep --cdk-out $(TWIN_CDK_OUT) --out out/sweep --workers $(WORKERS) \
+	  --states "$(STATES)" --kinds "$(KINDS)" $(if $(STATES)$(KINDS),,--doc docs/sweep.md)

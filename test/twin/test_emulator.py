@@ -294,3 +294,180 @@ def _devices_on(path: Path) -> list[str]:
         ["losetup", "--associated", str(path)], capture_output=True, text=True, check=True
     ).stdout
     return [line.split(":", 1)[0] for line in listed.splitlines() if line.strip()]
+
+
+# --- harsh by default: eventual consistency (twin/emulator/consistency.py) ----------------------
+
+EXECUTION_FILTER = [{"Name": "tag:ebs-snapshot-compactor:execution", "Values": ["e-1"]}]
+EXECUTION_TAGS = [{"Key": "ebs-snapshot-compactor:execution", "Value": "e-1"}]
+
+
+def test_fresh_resources_are_missing_from_tag_filtered_describes_for_a_few_calls(
+    emulator: Emulator,
+) -> None:
+    from twin.emulator.consistency import TAG_LAG_CALLS
+
+    ec2 = emulator.boto3_client("ec2")
+    volume = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=1,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": EXECUTION_TAGS}],
+    )["VolumeId"]  # fmt: skip
+    snapshot = ec2.create_snapshot(
+        VolumeId=volume, TagSpecifications=[{"ResourceType": "snapshot", "Tags": EXECUTION_TAGS}]
+    )["SnapshotId"]
+    instance = ec2.run_instances(
+        ImageId="ami-12c6146b", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": EXECUTION_TAGS}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+
+    def tagged() -> tuple[list[str], list[str], list[str]]:
+        vols = [v["VolumeId"] for v in ec2.describe_volumes(Filters=EXECUTION_FILTER)["Volumes"]]
+        snaps = [
+            s["SnapshotId"]
+            for s in ec2.describe_snapshots(OwnerIds=["self"], Filters=EXECUTION_FILTER)[
+                "Snapshots"
+            ]
+        ]
+        insts = [
+            i["InstanceId"]
+            for r in ec2.describe_instances(Filters=EXECUTION_FILTER)["Reservations"]
+            for i in r["Instances"]
+        ]
+        return vols, snaps, insts
+
+    # By id they are there at once, also while tag filters still miss them.
+    assert ec2.describe_volumes(VolumeIds=[volume])["Volumes"]
+    assert ec2.describe_snapshots(SnapshotIds=[snapshot])["Snapshots"]
+    assert ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+    for _ in range(TAG_LAG_CALLS):
+        assert tagged() == ([], [], [])
+    assert tagged() == ([volume], [snapshot], [instance])
+    # Without a tag filter nothing lags.
+    fresh = ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)["VolumeId"]
+    assert fresh in [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]]
+    assert emulator.state.tag_lag_hidden == 3 * TAG_LAG_CALLS
+
+
+def test_an_amis_snapshot_is_in_use_until_the_deregistration_settles(
+    emulator: Emulator,
+) -> None:
+    from twin.emulator.consistency import DEREGISTER_SETTLE_CALLS
+
+    ec2 = emulator.boto3_client("ec2")
+    volume = ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume)["SnapshotId"]
+    for _ in range(3):
+        ec2.describe_snapshots(SnapshotIds=[snapshot])  # let it complete
+    image = ec2.register_image(
+        Name="uses-the-snapshot", Architecture="x86_64", RootDeviceName="/dev/xvda",
+        BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"SnapshotId": snapshot}}],
+    )["ImageId"]  # fmt: skip
+
+    def delete() -> str:
+        try:
+            ec2.delete_snapshot(SnapshotId=snapshot)
+        except ClientError as error:
+            return str(error.response["Error"]["Code"])
+        return "deleted"
+
+    assert delete() == "InvalidSnapshot.InUse"
+    ec2.deregister_image(ImageId=image)
+    assert [delete() for _ in range(DEREGISTER_SETTLE_CALLS)] == [
+        "InvalidSnapshot.InUse"
+    ] * DEREGISTER_SETTLE_CALLS
+    assert delete() == "deleted"
+    assert not ec2.describe_snapshots(Filters=[{"Name": "snapshot-id", "Values": [snapshot]}])[
+        "Snapshots"
+    ]
+
+
+# --- faults at the front door (twin/emulator/injection.py) --------------------------------------
+
+
+def test_throttle_fault_answers_the_states_requests_with_the_services_throttling_error(
+    tmp_path: Path, root_only: None
+) -> None:
+    import boto3
+    from botocore.config import Config
+
+    with Emulator(tmp_path / "emu", Faults(throttle_state="Check instance")) as emu:
+        no_retries = Config(retries={"mode": "standard", "total_max_attempts": 1})
+        session = boto3.Session(**{k: v for k, v in {
+            "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+            "region_name": emu.region}.items()})  # fmt: skip
+
+        def client(service: str, state: str | None) -> Any:
+            c = session.client(service, endpoint_url=emu.endpoint, config=no_retries)
+            if state:
+                c.meta.events.register(
+                    "before-send",
+                    lambda request, **_: request.headers.__setitem__(
+                        "X-Twin-State", state.replace(" ", "%20")
+                    ),
+                )
+            return c
+
+        def code(call: Any) -> tuple[str, int]:
+            try:
+                call()
+            except ClientError as error:
+                return error.response["Error"]["Code"], error.response["ResponseMetadata"][
+                    "HTTPStatusCode"
+                ]
+            return "ok", 200
+
+        ec2, ssm = client("ec2", "Check instance"), client("ssm", "Check instance")
+        assert code(ec2.describe_instances) == ("RequestLimitExceeded", 503)
+        assert code(ssm.describe_instance_information) == ("ThrottlingException", 400)
+        # Other states and unmarked calls are not throttled.
+        assert code(client("ec2", "Launch transfer instance").describe_instances) == ("ok", 200)
+        assert code(client("ec2", None).describe_instances) == ("ok", 200)
+        for _ in range(emu.state.faults.throttled_requests - 2):
+            assert code(ec2.describe_instances)[0] == "RequestLimitExceeded"
+        assert code(ec2.describe_instances) == ("ok", 200)  # for a while, not for ever
+        assert emu.state.throttled_served == {"Check instance": emu.state.faults.throttled_requests}
+
+
+def test_lost_control_terminates_only_the_executions_running_instance(emulator: Emulator) -> None:
+    import urllib.request
+
+    ec2 = emulator.boto3_client("ec2")
+
+    def launch(execution: str) -> str:
+        tags = [{"Key": "ebs-snapshot-compactor:execution", "Value": execution}]
+        return str(
+            ec2.run_instances(
+                ImageId="ami-12c6146b", MinCount=1, MaxCount=1,
+                TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+            )["Instances"][0]["InstanceId"]
+        )  # fmt: skip
+
+    mine, other = launch("e-1"), launch("e-2")
+    request = urllib.request.Request(
+        f"{emulator.endpoint}/_twin/lost", data=json.dumps({"execution": "e-1"}).encode(),
+        method="POST", headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request) as answer:
+        assert json.loads(answer.read()) == {"interrupted": [mine]}
+    states = {
+        i["InstanceId"]: (i["State"]["Name"], i.get("StateReason", {}).get("Code"))
+        for r in ec2.describe_instances(InstanceIds=[mine, other])["Reservations"]
+        for i in r["Instances"]
+    }
+    assert states[mine] == ("terminated", "Server.SpotInstanceTermination")
+    assert states[other][0] == "running"
+
+
+def test_fault_grammar_validates_kind_and_state() -> None:
+    from twin.emulator.faults import FaultError, StateFault, parse
+
+    states = ["Prepare", "Check compaction", "Report"]
+    assert parse("error@Report", states) == StateFault("error", "Report")
+    assert parse("instance-lost", states) == "instance-lost"
+    assert parse("none", states) is None
+    with pytest.raises(FaultError, match="Task states are: Prepare, Check compaction, Report"):
+        parse("error@Reprot", states)
+    with pytest.raises(FaultError, match="KIND 'explode'"):
+        parse("explode@Report", states)
+    with pytest.raises(FaultError, match="KIND@STATE"):
+        parse("meteor", states)

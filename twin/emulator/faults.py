@@ -25,9 +25,10 @@ FAULTS = (
     "bad-input",
 )
 KINDS = ("error", "throttle", "abort", "lost")
-# botocore's standard retry mode (compactor/aws.py: max_attempts 5) makes 5 attempts per call;
-# throttling the first 6 requests makes at least one call fail in the Lambda.
-THROTTLED_REQUESTS = 6
+# botocore's standard retry mode with max_attempts 5 (compactor/aws.py) makes 6 attempts per call
+# (max_attempts counts retries: total_max_attempts = max_attempts + 1); throttling the first 8
+# requests makes at least one call fail in the Lambda after botocore's own retries.
+THROTTLED_REQUESTS = 8
 
 
 class FaultError(ValueError):

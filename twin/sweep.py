@@ -1,0 +1,249 @@
+"""`make sweep`: every Task state of the synthesized main definition x every fault KIND that
+applies, one twin scenario each (the same code path as `make demo FAULT=KIND@STATE`), and the
+invariants checked on each: nothing leaked after the cleanup path, the source untouched, and once
+delivered the new snapshots (and AMI) still exist.
+
+usage: python -m twin.sweep --cdk-out DIR [--out out/sweep] [--states A,B] [--kinds error,abort]
+                            [--workers 2] [--doc docs/sweep.md]
+
+Cases run in subprocesses (moto's backends are process-wide), `--workers` at a time. Writes
+OUT/results.json (one row per case) and, with --doc, the Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .cfn import Deployment
+from .deploy import deploy
+from .emulator.faults import KINDS
+from .emulator.server import Emulator
+from .execution import Machine, main_machine, state_machines
+
+REPO = Path(__file__).resolve().parents[1]
+# Handlers whose Task states only run for an AMI input (the sweep runs those with INPUT=ami).
+AMI_ONLY_HANDLERS = ("register_image", "enable_fast_snapshot_restore")
+ROW_KEYS = (
+    "state", "kind", "input", "execution_status", "error", "outcome", "fault_applied",
+    "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
+    "new_snapshot_ids_existing", "new_image_id", "new_image_existing",
+    "source_snapshot_unchanged", "delivered", "cleanup", "holds", "seconds",
+)  # fmt: skip
+
+
+def _handler_of(d: Deployment, state: dict[str, Any]) -> str:
+    arn = state.get("Resource", "")
+    if arn not in d.functions:
+        arn = (state.get("Parameters") or {}).get("FunctionName", "")
+    fn = d.functions.get(arn)
+    return fn.handler.rsplit(".", 2)[-2] if fn else ""
+
+
+def _edges(state: dict[str, Any]) -> list[str]:
+    out = [state[k] for k in ("Next", "Default") if state.get(k)]
+    out += [c["Next"] for c in state.get("Choices", []) if c.get("Next")]
+    out += [c["Next"] for c in state.get("Catch", []) if c.get("Next")]
+    return out
+
+
+def _reachable(states: dict[str, Any], start: Iterable[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in states:
+            continue
+        seen.add(name)
+        todo += _edges(states[name])
+    return seen
+
+
+def instance_states(d: Deployment, machine: Machine) -> list[str]:
+    """Task states where a transfer instance can exist: after a launch Task and before a
+    teardown Task on some path (exclusive), found from the definition's graph."""
+    states = machine.definition.get("States", {})
+    handlers = {n: _handler_of(d, s) for n, s in states.items() if s.get("Type") == "Task"}
+    launches = [n for n, h in handlers.items() if h == "launch"]
+    teardowns = {n for n, h in handlers.items() if h == "teardown"}
+    after_launch = _reachable(states, [e for n in launches for e in _edges(states[n])])
+    reaches_teardown = {n for n in states if _reachable(states, _edges(states[n])) & teardowns}
+    return [
+        n
+        for n in handlers
+        if n in after_launch and n in reaches_teardown and n not in teardowns
+        and n not in launches
+    ]  # fmt: skip
+
+
+def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> list[dict[str, str]]:
+    """The cases: (state, kind, input) for every Task state x every applicable kind."""
+    with (
+        tempfile.TemporaryDirectory(prefix="twin-sweep-plan-") as work,
+        Emulator(Path(work) / "emulator") as emu,
+    ):
+        d = deploy(emu, cdk_out)
+        main = main_machine(d, state_machines(d, cdk_out))
+        tasks = main.task_states()
+        with_instance = set(instance_states(d, main))
+        handlers = {n: _handler_of(d, main.definition["States"].get(n, {})) for n in tasks}
+    unknown = sorted(set(states or []) - set(tasks))
+    if unknown:
+        raise SystemExit(f"sweep: {unknown} are not Task states; the Task states are: {tasks}")
+    bad_kinds = sorted(set(kinds or []) - set(KINDS))
+    if bad_kinds:
+        raise SystemExit(f"sweep: unknown kinds {bad_kinds}; choose from {list(KINDS)}")
+    cases = []
+    for state in tasks:
+        if states and state not in states:
+            continue
+        for kind in KINDS:
+            if kinds and kind not in kinds:
+                continue
+            if kind == "lost" and state not in with_instance:
+                continue
+            ami = handlers.get(state) in AMI_ONLY_HANDLERS
+            cases.append({"state": state, "kind": kind, "input": "ami" if ami else "snapshot"})
+    return cases
+
+
+def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -> dict[str, Any]:
+    """One case in its own process (moto is process-wide); returns its row."""
+    slug = f"{case['kind']}-{case['state']}".replace(" ", "_").replace("/", "_")
+    case_out = out / "cases" / slug
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "twin.sweep", "--one", "--cdk-out", str(cdk_out),
+            "--out", str(case_out), "--fs", fs, "--input", case["input"],
+            "--fault", f"{case['kind']}@{case['state']}",
+        ],
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    seconds = round(time.monotonic() - started, 1)
+    report_path = case_out / "report.json"
+    if proc.returncode != 0 or not report_path.exists():
+        return {
+            **case, "execution_status": "TWIN-ERROR", "error": proc.stderr[-2000:],
+            "outcome": None, "holds": False, "seconds": seconds, "leaked_resources": None,
+        }  # fmt: skip
+    report = json.loads(report_path.read_text())
+    applied = report.get("fault_applied") or {}
+    row = {k: report.get(k) for k in ROW_KEYS if k in report}
+    row.update(case)
+    row["fault_applied"] = bool(applied.get("applied"))
+    row["fault_detail"] = applied.get("detail")
+    row["seconds"] = seconds
+    return row
+
+
+def _one(args: argparse.Namespace) -> int:
+    from .scenario import Options, run
+
+    opts = Options(fs=args.fs, input=args.input, fault=args.fault, cdk_out=args.cdk_out,
+                   out_dir=args.out, picture=False)  # fmt: skip
+    run(opts)
+    return 0
+
+
+def table(rows: list[dict[str, Any]], seconds: float) -> str:
+    holding = sum(1 for r in rows if r.get("holds"))
+    by_status: dict[str, int] = {}
+    for r in rows:
+        by_status[str(r.get("execution_status"))] = (
+            by_status.get(str(r.get("execution_status")), 0) + 1
+        )
+    lines = [
+        "# The sweep: a fault at every Task state",
+        "",
+        "Generated by `make sweep` (twin/sweep.py) from the synthesized definition; do not edit.",
+        "Each row is one twin run with `FAULT=KIND@STATE` (INPUT=snapshot, FS=ext4; the states",
+        "that only run for an AMI with INPUT=ami), then the cleanup path EventBridge would start.",
+        "`holds`: nothing leaked after the cleanup path (no instance left running, no volume, no",
+        "snapshot or AMI of the execution other than delivered outputs), the source snapshot",
+        "unchanged, and once delivered every new snapshot (and the AMI) still exists.",
+        "`applied`: whether the execution reached the state (a fault at a state the run never",
+        "enters changes nothing).",
+        "",
+        f"**{len(rows)} cases, {holding} hold, {len(rows) - holding} do not** "
+        f"(statuses: {', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}; "
+        f"{seconds / 60:.1f} minutes).",
+        "",
+        "| state | kind | input | status | error | outcome | applied | leaked | new snapshots kept"
+        " | AMI kept | source unchanged | delivered | cleanup | holds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
+        ami = "-" if not r.get("new_image_id") else str(r.get("new_image_existing"))
+        error = str(r.get("error") or "")
+        error = error if len(error) < 40 else error[:37] + "..."
+        lines.append(
+            f"| {r['state']} | {r['kind']} | {r['input']} | {r.get('execution_status')} | "
+            f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
+            f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
+            f"{r.get('delivered')} | {r.get('cleanup') or '-'} | "
+            f"{'yes' if r.get('holds') else '**NO**'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
+          kinds: list[str] | None = None, workers: int = 2) -> list[dict[str, Any]]:  # fmt: skip
+    cases = plan(cdk_out, states, kinds)
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        rows = list(pool.map(lambda c: run_case(cdk_out, c, out), cases))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m twin.sweep", description=__doc__)
+    parser.add_argument("--cdk-out", type=Path, default=REPO / "out" / "twin" / "cdk.out")
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "sweep")
+    parser.add_argument("--states", default=os.environ.get("STATES") or "")
+    parser.add_argument("--kinds", default=os.environ.get("KINDS") or "")
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS") or 2))
+    parser.add_argument("--doc", type=Path, default=None)
+    # one case (used by the sweep's worker processes)
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fault", help=argparse.SUPPRESS)
+    parser.add_argument("--input", default="snapshot", help=argparse.SUPPRESS)
+    parser.add_argument("--fs", default="ext4", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        return _one(args)
+    if os.geteuid() != 0:
+        print("sweep: needs root (loop devices, mounts); run it as root", file=sys.stderr)
+        return 2
+    states = [s for s in args.states.split(",") if s] or None
+    kinds = [k for k in args.kinds.split(",") if k] or None
+    started = time.monotonic()
+    rows = sweep(args.cdk_out, args.out, states, kinds, args.workers)
+    seconds = time.monotonic() - started
+    result = {
+        "cases": len(rows),
+        "holding": sum(1 for r in rows if r.get("holds")),
+        "seconds": round(seconds, 1),
+        "rows": rows,
+    }
+    (args.out / "results.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    text = table(rows, seconds)
+    if args.doc:
+        args.doc.write_text(text)
+    print(text)
+    print(f"sweep: {result['holding']}/{result['cases']} hold; {args.out / 'results.json'}")
+    return 0 if result["holding"] == result["cases"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
