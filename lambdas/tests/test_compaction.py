@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from compactor import aws, errors
 from compactor.handlers import check_compaction, start_compaction
 
@@ -101,12 +102,55 @@ def test_invocation_not_there_yet_is_not_done(world: World) -> None:
     assert check(world, instance, command) == {"done": False, "status": "Pending", "summary": None}
 
 
-@pytest.mark.parametrize("status", ["Pending", "InProgress", "Delayed"])
+def running_instance(world: World) -> dict[str, Any]:
+    """A running instance and the fields of launch's result check_compaction reads."""
+    instance_id = world.ec2.run_instances(MinCount=1, MaxCount=1, ImageId=world.base_image_id)[
+        "Instances"
+    ][0]["InstanceId"]
+    return {"instanceId": instance_id, "availabilityZone": world.azs[0]}
+
+
+COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
+
+
+@pytest.mark.parametrize("status", ["Pending", "InProgress", "Delayed", "Cancelling"])
 def test_running_command_is_not_done(world: World, status: str) -> None:
-    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
-    command = start(world, plan, instance, ready)
+    instance = running_instance(world)
     invocation(status, stdout="")
-    assert check(world, instance, command) == {"done": False, "status": status, "summary": None}
+    assert check(world, instance, COMMAND) == {"done": False, "status": status, "summary": None}
+
+
+def test_invocation_not_created_yet_is_not_done(world: World) -> None:
+    instance = running_instance(world)
+    respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("InvocationDoesNotExist"))
+    assert check(world, instance, COMMAND) == {"done": False, "status": "Pending", "summary": None}
+
+
+@pytest.mark.parametrize(
+    ("client", "operation", "code"),
+    [
+        ("ssm", "GetCommandInvocation", "ThrottlingException"),
+        ("ssm", "GetCommandInvocation", "InternalServerError"),
+        ("ec2", "DescribeInstances", "RequestLimitExceeded"),
+        ("ec2", "DescribeInstances", "Unavailable"),
+    ],
+)
+def test_throttled_or_5xx_poll_is_not_done_yet(
+    world: World, client: str, operation: str, code: str
+) -> None:
+    instance = running_instance(world)
+    respond(getattr(aws, client)(), operation, lambda _: error_response(code, "slow down"))
+    invocation("Success", stdout='{"volumes": []}\n')  # answers only when not throttled
+    result = check(world, instance, COMMAND)
+    assert (result["done"], result["summary"]) == (False, None)
+    assert result["transientError"].startswith(f"{operation}: {code}")
+
+
+def test_other_errors_still_raise(world: World) -> None:
+    instance = running_instance(world)
+    respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("AccessDeniedException"))
+    with pytest.raises(ClientError, match="AccessDeniedException"):
+        check(world, instance, COMMAND)
 
 
 def test_success_gives_the_summary_line(world: World) -> None:
