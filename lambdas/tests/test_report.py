@@ -5,12 +5,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from compactor import aws
 from compactor.handlers import report
+from compactor.report import events
 from compactor.report.build import phase_seconds
 
 from tests.conftest import EXECUTION, World
-from tests.support import amend, capture, respond
+from tests.support import amend, capture, error_response, respond
 
 TIMINGS = {
     "start": "2026-11-21T10:00:00.000Z",
@@ -22,6 +24,10 @@ TIMINGS = {
     "teardown": "2026-11-21T10:20:00.000Z",
     "report": "2026-11-21T10:20:30.000Z",
 }
+NOTE = (
+    "snap-0 is encrypted with a key of account 111122223333: the new snapshot uses this "
+    "account's EBS default key"
+)
 
 
 def test_phase_seconds_run_from_each_start_to_the_next() -> None:
@@ -61,8 +67,12 @@ def success_state(world: World) -> dict[str, Any]:
                     "sourceFullSizeBytes": 8_589_934_592,
                 }
             ],
+            "notes": [NOTE],
         },
-        "ready": {"volumes": [{"index": 0, "sourceVolumeId": "vol-s", "targetVolumeId": "vol-t"}]},
+        "attached": {
+            "done": True,
+            "volumes": [{"index": 0, "sourceVolumeId": "vol-s", "targetVolumeId": "vol-t"}],
+        },
         "compaction": {
             "done": True,
             "status": "Success",
@@ -124,6 +134,9 @@ def test_success_report_is_returned_and_published(world: World) -> None:
     assert result["phaseSeconds"]["compaction"] == 600.0
     assert result["totalSeconds"] > 1800
     assert result["error"] is None
+    assert (result["warnings"], result["delivered"]) == ([], True)
+    assert result["newSnapshotIds"] == [new]
+    assert result["notes"] == [NOTE]
     (entries,) = (call["Entries"] for call in sent)
     assert entries == [
         {
@@ -161,6 +174,8 @@ def test_failure_before_a_plan_still_reports(world: World) -> None:
         "Cause": "snapshot snap-0 not found in us-east-1",
     }
     assert set(result["phaseSeconds"]) == {"prepare", "teardown"}
+    assert (result["delivered"], result["newSnapshotIds"], result["warnings"]) == (False, [], [])
+    assert result["notes"] == []
     assert sent[0]["Entries"][0]["DetailType"] == "EBS Snapshot Compaction Failed"
 
 
@@ -169,11 +184,14 @@ def test_deleted_new_snapshot_is_not_reported_as_new(world: World) -> None:
     new = state["snapshots"]["snapshots"][0]["snapshotId"]
     world.ec2.delete_snapshot(SnapshotId=new)
     state.update(outcome="failure", error={"Error": "States.Timeout", "Cause": "too slow"})
-    volume = report.handler(state, world.context)["volumes"][0]
+    result = report.handler(state, world.context)
+    volume = result["volumes"][0]
     assert (volume["newSnapshotId"], volume["newFullSizeBytes"]) == (None, None)
+    assert (result["delivered"], result["newSnapshotIds"]) == (False, [])
 
 
 def test_event_not_accepted_fails_the_task(world: World) -> None:
+    # PutEvents answers 200 with FailedEntryCount when it rejects an entry
     respond(
         aws.events(),
         "PutEvents",
@@ -182,5 +200,89 @@ def test_event_not_accepted_fails_the_task(world: World) -> None:
             "Entries": [{"ErrorCode": "AccessDeniedException", "ErrorMessage": "not allowed"}],
         },
     )
-    with pytest.raises(RuntimeError, match=r"PutEvents to default failed.*AccessDeniedException"):
+    with pytest.raises(
+        events.PublishFailed, match=r"PutEvents to default failed.*AccessDeniedException"
+    ):
         report.handler(success_state(world), world.context)
+
+
+def test_event_without_an_id_fails_the_task(world: World) -> None:
+    respond(aws.events(), "PutEvents", lambda _: {"FailedEntryCount": 0, "Entries": [{}]})
+    with pytest.raises(events.PublishFailed, match="not accepted"):
+        report.handler(success_state(world), world.context)
+
+
+def test_put_events_error_fails_the_task(world: World) -> None:
+    respond(aws.events(), "PutEvents", lambda _: error_response("ThrottlingException"))
+    with pytest.raises(ClientError, match="ThrottlingException"):
+        report.handler(success_state(world), world.context)
+
+
+def lambda_error(error_type: str, message: str) -> dict[str, str]:
+    cause = json.dumps({"errorMessage": message, "errorType": error_type, "stackTrace": []})
+    return {"Error": error_type, "Cause": cause}
+
+
+def test_succeeded_with_warnings_reports_the_delivery_and_the_error(world: World) -> None:
+    state = success_state(world)
+    new = state["snapshots"]["snapshots"][0]["snapshotId"]
+    state.update(
+        outcome="succeeded-with-warnings",
+        warning=lambda_error("RuntimeError", "PutEvents to default failed (throttled)"),
+    )
+    sent = capture(aws.events(), "PutEvents")
+    result = report.handler(state, world.context)
+    assert result["outcome"] == "succeeded-with-warnings"
+    assert result["warnings"] == [
+        {"Error": "RuntimeError", "Cause": "PutEvents to default failed (throttled)"}
+    ]
+    assert result["error"] is None
+    assert (result["delivered"], result["newSnapshotIds"]) == (True, [new])
+    assert result["volumes"][0]["newSnapshotId"] == new
+    (entry,) = sent[0]["Entries"]
+    assert entry["DetailType"] == "EBS Snapshot Compaction Succeeded"
+    assert json.loads(entry["Detail"])["outcome"] == "succeeded-with-warnings"
+    assert json.loads(entry["Detail"])["warnings"] == result["warnings"]
+
+
+def test_warning_without_an_outcome_is_succeeded_with_warnings(world: World) -> None:
+    state = success_state(world)
+    del state["outcome"]
+    state["warning"] = {"Error": "States.Timeout", "Cause": "Enable FSR took too long"}
+    result = report.handler(state, world.context)
+    assert result["outcome"] == "succeeded-with-warnings"
+    assert result["warnings"] == [state["warning"]]
+
+
+def test_teardown_error_is_a_warning(world: World) -> None:
+    state = success_state(world)
+    state["teardownError"] = lambda_error("TeardownIncomplete", "2 resources remain")
+    result = report.handler(state, world.context)
+    assert result["outcome"] == "success"
+    assert result["warnings"] == [{"Error": "TeardownIncomplete", "Cause": "2 resources remain"}]
+
+
+def test_delivered_from_the_tag_when_the_state_lost_completed(world: World) -> None:
+    state = success_state(world)
+    del state["snapshots"]["completed"]
+    new = state["snapshots"]["snapshots"][0]["snapshotId"]
+    assert report.handler(state, world.context)["delivered"] is False
+    world.ec2.create_tags(
+        Resources=[new], Tags=[{"Key": "ebs-snapshot-compactor:delivered", "Value": "true"}]
+    )
+    assert report.handler(state, world.context)["delivered"] is True
+
+
+@pytest.mark.parametrize(
+    ("outcome", "detail_type"),
+    [
+        ("success", "EBS Snapshot Compaction Succeeded"),
+        ("succeeded-with-warnings", "EBS Snapshot Compaction Succeeded"),
+        ("failure", "EBS Snapshot Compaction Failed"),
+    ],
+)
+def test_detail_type_by_outcome(world: World, outcome: str, detail_type: str) -> None:
+    state = dict(success_state(world), outcome=outcome)
+    sent = capture(aws.events(), "PutEvents")
+    assert report.handler(state, world.context)["outcome"] == outcome
+    assert sent[0]["Entries"][0]["DetailType"] == detail_type
