@@ -136,11 +136,16 @@ def plan(bytes_to_copy: int, verify: bool, config: Config) -> Sizing:
             )
             needed = math.ceil((budget + OTHER_PHASES_SECONDS) / 60)
             fix = f"raise the stack setting stateMachineTimeoutMinutes to at least {needed}, "
+        bigger = (
+            "set larger instanceTypes (or leave it empty to size by the job), "
+            if config.instance_types
+            else ""
+        )
         raise JobTooLarge(
             f"copying {bytes_to_copy / GIB:,.0f} GiB{' and verifying it' if verify else ''} on "
             f"{', '.join(types)} (baseline EBS bandwidth {baseline} Mbps) may take up to "
             f"{budget / 3600:.1f} h, more than {bound}: {fix}pass verify false, "
-            f"{'set larger instanceTypes (or leave it empty to size by the job), ' if config.instance_types else ''}"
+            f"{bigger}"
             "or split the job (compact an AMI's volumes as separate snapshot jobs)"
         )
     return Sizing(list(types), poll(budget, config), budget)

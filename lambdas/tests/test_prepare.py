@@ -237,7 +237,8 @@ def test_archived_snapshot_is_refused(world: World) -> None:
     snapshot_state(StorageTier="archive")
     before = world.inventory()
     with pytest.raises(
-        errors.SnapshotArchived, match=rf"{snapshot_id} is in the archive storage tier.*RestoreSnapshotTier"
+        errors.SnapshotArchived,
+        match=rf"{snapshot_id} is in the archive storage tier.*RestoreSnapshotTier",
     ):
         run(world, {"snapshotId": snapshot_id})
     assert world.inventory() == before
@@ -531,19 +532,21 @@ def encrypted_with(world: World, key_arn: str) -> str:
     respond(
         aws.kms(),
         "DescribeKey",
-        lambda params: {
-            "KeyMetadata": {
-                "KeyId": key_arn.rsplit("/", 1)[1],
-                "Arn": key_arn,
-                "AWSAccountId": key_arn.split(":")[4],
-                "Enabled": True,
-                "KeyState": "Enabled",
-                "KeyUsage": "ENCRYPT_DECRYPT",
-                "KeySpec": "SYMMETRIC_DEFAULT",
+        lambda params: (
+            {
+                "KeyMetadata": {
+                    "KeyId": key_arn.rsplit("/", 1)[1],
+                    "Arn": key_arn,
+                    "AWSAccountId": key_arn.split(":")[4],
+                    "Enabled": True,
+                    "KeyState": "Enabled",
+                    "KeyUsage": "ENCRYPT_DECRYPT",
+                    "KeySpec": "SYMMETRIC_DEFAULT",
+                }
             }
-        }
-        if params["KeyId"] == key_arn
-        else None,
+            if params["KeyId"] == key_arn
+            else None
+        ),
     )
     return snapshot_id
 
@@ -600,7 +603,9 @@ def test_job_too_large_is_refused_up_front(world: World, monkeypatch: pytest.Mon
     snapshot_id = world.snapshot(size=200)
     before = world.inventory()
     with pytest.raises(
-        errors.JobTooLarge, match=r"copying 200 GiB and verifying it on m7i.large.*stateMachineTimeoutMinutes to at least \d+"
+        errors.JobTooLarge,
+        match=r"copying 200 GiB and verifying it on m7i.large.*"
+        r"stateMachineTimeoutMinutes to at least \d+",
     ):
         run(world, {"snapshotId": snapshot_id})
     assert world.inventory() == before

@@ -92,9 +92,7 @@ def test_copy_rate_is_half_the_link_or_the_volumes_throughput() -> None:
 def test_budget_formula() -> None:
     rate = 40_625_000.0
     assert sizing.budget_seconds(0, rate, True) == sizing.FIXED_OVERHEAD_SECONDS
-    assert sizing.budget_seconds(100 * GIB, rate, False) == math.ceil(
-        900 + 100 * GIB / rate * 2.0
-    )
+    assert sizing.budget_seconds(100 * GIB, rate, False) == math.ceil(900 + 100 * GIB / rate * 2.0)
     assert sizing.budget_seconds(100 * GIB, rate, True) == math.ceil(900 + 100 * GIB / rate * 4.0)
 
 

@@ -6,6 +6,7 @@ attached (only those) and deletes its files, also when the body failed.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import shutil
 import sys
@@ -32,6 +33,15 @@ REGION = "us-east-1"
 
 
 class Emulator:
+# DescribeImages field -> the Ami attribute moto renders it from
+_BILLING = {
+    "Platform": "platform",
+    "PlatformDetails": "platform_details",
+    "UsageOperation": "usage_operation",
+    "ProductCodes": "product_codes",
+}
+
+
     def __init__(self, workdir: Path, faults: Faults | None = None, region: str = REGION):
         self.workdir = workdir
         self.region = region
@@ -129,6 +139,11 @@ class Emulator:
     ) -> str:
         """Register a disk image as a snapshot (the image's allocated blocks = its written blocks).
         The image is copied; the caller keeps the original. A `pending` snapshot with completes=True
+        *,
+        state_message: str | None = None,
+        storage_tier: str = "standard",
+        restore_expiry: datetime.datetime | None = None,
+        kms_key_id: str | None = None,
         completes after a few DescribeSnapshots, like one the workflow creates."""
         size = image.stat().st_size
         if size % st.GIB:
@@ -155,6 +170,16 @@ class Emulator:
         if tags:
             snapshot.add_tags(tags)
         with self.state.lock:
+        # what DescribeSnapshots renders (moto 5.2.5 serializes these attributes as they are):
+        # StateMessage of a snapshot in error, StorageTier archive (RestoreExpiryTime of a
+        # temporary restore), KmsKeyId (e.g. another account's key ARN)
+        if state_message is not None:
+            snapshot.state_message = state_message
+        snapshot.storage_tier = storage_tier
+        snapshot.restore_expiry_time = restore_expiry
+        if kms_key_id is not None:
+            snapshot.encrypted = True
+            snapshot.kms_key_id = kms_key_id
             self.state.snapshot_files[snapshot.id] = path
             if state == "pending" and completes:
                 self.state.snapshot_polls[snapshot.id] = 0
@@ -164,7 +189,11 @@ class Emulator:
     def register_ami(
         self, name: str, volumes: list[tuple[str, Path]], attributes: dict[str, Any]
     ) -> tuple[str, list[str]]:
-        """Register an AMI whose EBS volumes are the given images (device name, image)."""
+        """Register an AMI whose EBS volumes are the given images (device name, image).
+        attributes may also hold the billing fields DescribeImages renders (Platform,
+        PlatformDetails, UsageOperation, ProductCodes: a list of product code ids)."""
+        attributes = dict(attributes)
+        billing = {key: attributes.pop(key) for key in _BILLING if key in attributes}
         snapshot_ids = [self.register_snapshot(img, f"{name} {dev}") for dev, img in volumes]
         mappings = [
             {
@@ -183,6 +212,13 @@ class Emulator:
         return str(image.id), snapshot_ids
 
     def snapshot_file(self, snapshot_id: str) -> Path:
+        for key, value in billing.items():
+            if key == "ProductCodes":
+                # moto keeps ids in a set, which DescribeImages renders as []: give it the shape
+                value = [
+                    {"ProductCodeId": code, "ProductCodeType": "marketplace"} for code in value
+                ]
+            setattr(image, _BILLING[key], value)
         return self.state.snapshot_files[snapshot_id]
 
     def snapshot_fingerprint(self, snapshot_id: str) -> str | None:
