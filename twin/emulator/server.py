@@ -32,7 +32,6 @@ ACCOUNT = "123456789012"
 REGION = "us-east-1"
 
 
-class Emulator:
 # DescribeImages field -> the Ami attribute moto renders it from
 _BILLING = {
     "Platform": "platform",
@@ -42,6 +41,7 @@ _BILLING = {
 }
 
 
+class Emulator:
     def __init__(self, workdir: Path, faults: Faults | None = None, region: str = REGION):
         self.workdir = workdir
         self.region = region
@@ -136,14 +136,14 @@ _BILLING = {
         state: str = "completed",
         encrypted: bool = False,
         completes: bool = False,
-    ) -> str:
-        """Register a disk image as a snapshot (the image's allocated blocks = its written blocks).
-        The image is copied; the caller keeps the original. A `pending` snapshot with completes=True
         *,
         state_message: str | None = None,
         storage_tier: str = "standard",
         restore_expiry: datetime.datetime | None = None,
         kms_key_id: str | None = None,
+    ) -> str:
+        """Register a disk image as a snapshot (the image's allocated blocks = its written blocks).
+        The image is copied; the caller keeps the original. A `pending` snapshot with completes=True
         completes after a few DescribeSnapshots, like one the workflow creates."""
         size = image.stat().st_size
         if size % st.GIB:
@@ -167,9 +167,6 @@ _BILLING = {
         snapshot.status = state
         snapshot.twin_progress = "100%" if state == "completed" else "42%"
         snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * 512 * 1024
-        if tags:
-            snapshot.add_tags(tags)
-        with self.state.lock:
         # what DescribeSnapshots renders (moto 5.2.5 serializes these attributes as they are):
         # StateMessage of a snapshot in error, StorageTier archive (RestoreExpiryTime of a
         # temporary restore), KmsKeyId (e.g. another account's key ARN)
@@ -180,6 +177,9 @@ _BILLING = {
         if kms_key_id is not None:
             snapshot.encrypted = True
             snapshot.kms_key_id = kms_key_id
+        if tags:
+            snapshot.add_tags(tags)
+        with self.state.lock:
             self.state.snapshot_files[snapshot.id] = path
             if state == "pending" and completes:
                 self.state.snapshot_polls[snapshot.id] = 0
@@ -209,9 +209,6 @@ _BILLING = {
         image = amis_twin.register_full_image(
             self.ec2, {"Name": name, **attributes, "BlockDeviceMappings": mappings}
         )
-        return str(image.id), snapshot_ids
-
-    def snapshot_file(self, snapshot_id: str) -> Path:
         for key, value in billing.items():
             if key == "ProductCodes":
                 # moto keeps ids in a set, which DescribeImages renders as []: give it the shape
@@ -219,6 +216,9 @@ _BILLING = {
                     {"ProductCodeId": code, "ProductCodeType": "marketplace"} for code in value
                 ]
             setattr(image, _BILLING[key], value)
+        return str(image.id), snapshot_ids
+
+    def snapshot_file(self, snapshot_id: str) -> Path:
         return self.state.snapshot_files[snapshot_id]
 
     def snapshot_fingerprint(self, snapshot_id: str) -> str | None:
