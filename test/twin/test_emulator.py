@@ -346,6 +346,17 @@ def test_fresh_resources_are_missing_from_tag_filtered_describes_for_a_few_calls
     fresh = ec2.create_volume(AvailabilityZone="us-east-1a", Size=1)["VolumeId"]
     assert fresh in [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]]
     assert emulator.state.tag_lag_hidden == 3 * TAG_LAG_CALLS
+    # A long Wait of the workflow lets it settle at once (the runner POSTs /_twin/settle).
+    later = ec2.create_volume(
+        AvailabilityZone="us-east-1a", Size=1,
+        TagSpecifications=[{"ResourceType": "volume", "Tags": EXECUTION_TAGS}],
+    )["VolumeId"]  # fmt: skip
+    import urllib.request
+
+    urllib.request.urlopen(
+        urllib.request.Request(f"{emulator.endpoint}/_twin/settle", data=b"{}", method="POST")
+    ).close()
+    assert later in tagged()[0]
 
 
 def test_an_amis_snapshot_is_in_use_until_the_deregistration_settles(

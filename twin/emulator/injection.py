@@ -5,6 +5,8 @@
   are answered with the service's own throttling error, never reaching moto: EC2
   `RequestLimitExceeded` (HTTP 503), STS `Throttling` (400), the JSON services (SSM, EventBridge,
   KMS, Step Functions) `ThrottlingException` (400).
+- `/_twin/settle`: the runner POSTs it after a Wait that lasts 30 s or more in AWS: the
+  eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
 - `lost@STATE`: the runner POSTs `/_twin/lost` {"execution": name} when it enters the state; every
   instance tagged with that execution that is not terminated is terminated as by a Spot
   interruption (ec2_twin.interrupt_spot_instance).
@@ -72,6 +74,16 @@ def interrupt_execution_instances(account: str, region: str, execution: str) -> 
     return hit
 
 
+def settle(emu: st.EmulatorState) -> int:
+    """Time has passed (a long Wait): EC2's eventual consistency has caught up."""
+    with emu.lock:
+        pending = sum(1 for v in emu.tag_lag.values() if v > 0)
+        pending += sum(1 for v in emu.deregister_settling.values() if v > 0)
+        emu.tag_lag.clear()
+        emu.deregister_settling.clear()
+    return pending
+
+
 class Middleware:
     """WSGI wrapper around moto's server application."""
 
@@ -108,6 +120,8 @@ class Middleware:
                 emu.lost_instances.extend(hit)
             answer: dict[str, Any] = {"interrupted": hit}
             status = "200 OK"
+        elif environ["PATH_INFO"] == "/_twin/settle" and emu is not None:
+            answer, status = {"settled": settle(emu)}, "200 OK"
         else:
             answer, status = {"error": f"no twin control {environ['PATH_INFO']}"}, "404 Not Found"
         body = json.dumps(answer).encode()

@@ -161,6 +161,25 @@ function faultHere(kind, stateName) {
   return fault && fault.kind === kind && fault.state === stateName && !faultReport.applied;
 }
 
+// EC2's eventual consistency (the emulator's tag-filter lag, deregistration settling) is counted
+// in calls; a Wait that would last SETTLE_SECONDS or more in AWS lets it settle before the next
+// task (the twin shortens the Wait itself to waitMs). Waits with SecondsPath/TimestampPath count
+// as long (poll intervals from the plan).
+const SETTLE_SECONDS = 30;
+let settlePending = false;
+
+function waitSettles(state) {
+  if (state.Type !== 'Wait') return false;
+  if (typeof state.Seconds === 'number') return state.Seconds >= SETTLE_SECONDS;
+  return true;
+}
+
+async function settleIfDue() {
+  if (!settlePending || !job.emulatorEndpoint) return;
+  settlePending = false;
+  await fetch(`${job.emulatorEndpoint}/_twin/settle`, { method: 'POST', body: '{}' });
+}
+
 async function loseInstance() {
   const answer = await fetch(`${job.emulatorEndpoint}/_twin/lost`, {
     method: 'POST',
@@ -187,6 +206,7 @@ function taskHandler(stateName, arn, unwrapPayload) {
     const started = Date.now();
     const record = { state: stateName, function: fn?.name ?? fnArn, started, ms: 0, error: null };
     invocations.push(record);
+    await settleIfDue();
     if (faultHere('error', stateName)) {
       faultReport.applied = true;
       faultReport.detail = 'the Lambda raised TwinInjectedError';
@@ -244,6 +264,7 @@ function* allStates(definition) {
   }
 }
 
+const settling = Object.fromEntries(allStates(job.definition));
 const taskResourceLocalHandlers = {};
 const waitTimeOverrides = {};
 const retryIntervalOverrides = {};
@@ -286,7 +307,10 @@ execution = machine.run(job.input, {
 const events = [];
 const collecting = (async () => {
   for await (const event of execution.eventLogs) {
-    if (event.type === 'StateEntered') currentState = event.state.name;
+    if (event.type === 'StateEntered') {
+      currentState = event.state.name;
+      if (waitSettles(settling[event.state.name] ?? {})) settlePending = true;
+    }
     events.push({
       type: event.type,
       timestamp: event.timestamp,
