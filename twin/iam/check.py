@@ -43,6 +43,16 @@ class Denial:
         return f"{self.caller}: {what} on {self.resource}: {self.decision} {self.reason}".rstrip()
 
 
+class _IamResolver(Resolver):
+    """twin/cfn.py's resolver with real IAM role ARNs (iam:PassRole is matched against them)."""
+
+    def get_att(self, name: str, attr: str) -> object:
+        resource = self.resources.get(name, {})
+        if attr == "Arn" and resource.get("Type") == "AWS::IAM::Role":
+            return f"arn:aws:iam::{self.d.account}:role/{self.d.stack_name}-{name}"
+        return super().get_att(name, attr)
+
+
 def _cdk_out(deployment: Deployment) -> Path:
     for fn in deployment.functions.values():
         for candidate in (fn.code_dir.parent, fn.code_dir.parent.parent):
@@ -120,9 +130,11 @@ def check_calls(
     """Every recorded call the caller's role would not allow (and every call that could not be
     modelled). `edit_policies` may change the callers' policies first (tests remove a grant)."""
     _, template = load_template(cdk_out or _cdk_out(deployment))
-    r = Resolver(template, deployment, params=Resolver.parameter_values(template))
+    r = _IamResolver(template, deployment, params=Resolver.parameter_values(template))
     by_role = role_policies(template, r)
-    instance_role, ami_parameter = _launch_template_extras(template, r, deployment.region)
+    # ssm:GetParameters of the public AMI parameter is not simulated: its ARN has no account, which
+    # iam-simulate's ARN validation rejects (stack.test.ts checks that statement statically).
+    instance_role, _ = _launch_template_extras(template, r, deployment.region)
 
     policies: Policies = {}
     for fn in deployment.functions.values():
@@ -142,7 +154,7 @@ def check_calls(
             continue
         contexts = [resolve.Context(**_ctx_args(c)) for c in entry["contexts"]]
         contexts += resolve.implied(
-            contexts, instance_role_arn=instance_role, ami_parameter_arn=ami_parameter
+            contexts, instance_role_arn=instance_role, ami_parameter_arn=None
         )
         for c in contexts:
             requests.append({"id": len(requests), "caller": caller, **c.as_json()})

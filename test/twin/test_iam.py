@@ -1,0 +1,165 @@
+"""IAM proven, not assumed: a twin run's recorded AWS calls are all allowed by the synthesized task
+role, and removing one grant makes the check report the calls that needed it (twin/iam)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import twin.scenario as scenario_module
+from twin.iam import check as iam_check
+from twin.iam import resolve
+from twin.iam.recorder import parse
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (loop devices, mounts)")
+    given = os.environ.get("TWIN_CDK_OUT")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("synth") / "cdk.out"
+    subprocess.run(
+        ["npx", "cdk", "synth", "--quiet", "-o", str(out)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One happy snapshot run; keeps the deployment and the emulator's recording of the calls."""
+    captured: dict[str, Any] = {}
+    keep = tmp_path_factory.mktemp("iam-calls")
+    real_deploy = scenario_module.deploy
+
+    def deploy(emu: Any, out: Path) -> Any:
+        captured["deployment"] = real_deploy(emu, out)
+        # the run deletes its work directory: record into a file of this test instead
+        kept = keep / "calls.jsonl"
+        shutil.copy(emu.calls_path, kept)
+        emu.iam_recorder.path = kept
+        captured["calls"] = kept
+        return captured["deployment"]
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(scenario_module, "deploy", deploy)
+    try:
+        out = tmp_path_factory.mktemp("iam") / "out"
+        report = scenario_module.run(
+            scenario_module.Options(cdk_out=cdk_out, out_dir=out, picture=False)
+        )
+    finally:
+        mp.undo()
+    captured["report"] = report
+    captured["cdk_out"] = cdk_out
+    return captured
+
+
+def _calls(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return iam_check.load_calls(run["calls"])
+
+
+def test_every_call_of_the_lambdas_is_recorded_and_allowed(recorded_run: dict[str, Any]) -> None:
+    calls = _calls(recorded_run)
+    actions = {f"{c['service']}:{c['action']}" for c in calls}
+    # the run's mutating calls are there (the twin's own set-up calls, e.g. RegisterImage of the
+    # source, CreateSnapshot of registered disks, are not: they carry no X-Twin-Caller)
+    for action in ("ec2:RunInstances", "ec2:CreateVolume", "ec2:AttachVolume"):
+        assert action in actions, sorted(actions)
+    assert all(c["caller"] for c in calls)
+    denials = iam_check.check_calls(
+        recorded_run["calls"], recorded_run["deployment"], cdk_out=recorded_run["cdk_out"]
+    )
+    assert denials == [], "\n".join(map(str, denials))
+
+
+def _drop(action: str) -> Any:
+    def edit(policies: iam_check.Policies) -> None:
+        for entries in policies.values():
+            for entry in entries:
+                for statement in entry.get("policy", {}).get("Statement", []):
+                    actions = (
+                        statement["Action"]
+                        if isinstance(statement["Action"], list)
+                        else [statement["Action"]]
+                    )
+                    statement["Action"] = [a for a in actions if a != action] or [
+                        "ec2:DescribeRegions"
+                    ]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("removed", "denied_call"),
+    [
+        ("ec2:CreateTags", "ec2:RunInstances"),  # tag-on-create of the instance and its volumes
+        ("ec2:TerminateInstances", "ec2:TerminateInstances"),
+        ("iam:PassRole", "ec2:RunInstances"),  # implied: the launch template's instance profile
+    ],
+)
+def test_removing_a_grant_is_reported(
+    recorded_run: dict[str, Any], removed: str, denied_call: str
+) -> None:
+    denials = iam_check.check_calls(
+        recorded_run["calls"],
+        recorded_run["deployment"],
+        cdk_out=recorded_run["cdk_out"],
+        edit_policies=_drop(removed),
+    )
+    assert denials, f"removing {removed} denied nothing"
+    assert {d.action for d in denials} == {removed}, "\n".join(map(str, denials))
+    assert denied_call in {d.call for d in denials}
+
+
+def test_a_condition_is_checked_not_just_the_action(recorded_run: dict[str, Any]) -> None:
+    """Launching from another template than the stack's is denied (ec2:LaunchTemplate)."""
+
+    def other_template(policies: iam_check.Policies) -> None:
+        for entries in policies.values():
+            text = json.dumps(entries)
+            entries[:] = json.loads(
+                text.replace(":launch-template/lt-", ":launch-template/lt-0other")
+            )
+
+    denials = iam_check.check_calls(
+        recorded_run["calls"],
+        recorded_run["deployment"],
+        cdk_out=recorded_run["cdk_out"],
+        edit_policies=other_template,
+    )
+    assert {d.call for d in denials} == {"ec2:RunInstances"}, "\n".join(map(str, denials))
+
+
+def test_an_unmodelled_call_fails_loudly() -> None:
+    with pytest.raises(resolve.UnmodelledCall, match="no resolver for ec2:ModifyInstanceAttribute"):
+        resolve.contexts(
+            "ec2", "ModifyInstanceAttribute", {}, resolve.State("us-east-1", "123456789012")
+        )
+
+
+def test_query_and_json_requests_are_parsed() -> None:
+    auth = (
+        "AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host"
+    )
+    body = b"Action=CreateTags&Version=2016-11-15&ResourceId.1=snap-1&Tag.1.Key=k&Tag.1.Value=v"
+    assert parse({"HTTP_AUTHORIZATION": auth}, body) == (
+        "ec2",
+        "CreateTags",
+        {"ResourceId": ["snap-1"], "Tag": [{"Key": "k", "Value": "v"}]},
+    )
+    auth = auth.replace("/ec2/", "/ssm/")
+    environ = {"HTTP_AUTHORIZATION": auth, "HTTP_X_AMZ_TARGET": "AmazonSSM.SendCommand"}
+    assert parse(environ, b'{"DocumentName": "d"}') == ("ssm", "SendCommand", {"DocumentName": "d"})
