@@ -22,6 +22,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import make_server
 
+from ..iam import recorder as iam_recorder
 from . import amis_twin, consistency, ec2_twin, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
@@ -76,7 +77,9 @@ class Emulator:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server = _TwinServer(self.account, self.region)
         self._server.start()
-        iam_recorder.install(self._server, self.calls_path, self.region, self.account, self.ec2)
+        self.iam_recorder = iam_recorder.install(
+            self._server, self.calls_path, self.region, self.account, self.ec2
+        )
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
         return self.endpoint
