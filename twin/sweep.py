@@ -198,8 +198,16 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
 
 
 def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
-          kinds: list[str] | None = None, workers: int = 2) -> list[dict[str, Any]]:  # fmt: skip
+          kinds: list[str] | None = None, workers: int = 2,
+          pairs: list[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Run the planned cases; `pairs` (["KIND@STATE", ...]) keeps only those."""
     cases = plan(cdk_out, states, kinds)
+    if pairs is not None:
+        planned = {f"{c['kind']}@{c['state']}" for c in cases}
+        missing = sorted(set(pairs) - planned)
+        if missing:
+            raise SystemExit(f"sweep: {missing} are not cases of this definition")
+        cases = [c for c in cases if f"{c['kind']}@{c['state']}" in pairs]
     out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(lambda c: run_case(cdk_out, c, out), cases))
