@@ -4,8 +4,9 @@
 
 Each recorded call's authorizations (resolve.py), plus what RunInstances with the stack's launch
 template implies (iam:PassRole of the instance profile's role, ssm:GetParameters of its resolve:ssm:
-image), go through @cloud-copilot/iam-simulate (check.mjs) with the policies of the caller's role as the
-template gives them (inline, AWS::IAM::Policy, AWS::IAM::ManagedPolicy and AWS managed policies), with
+image), go through @cloud-copilot/iam-simulate (check.mjs) with the policies of the caller's
+role as the template gives them (inline, AWS::IAM::Policy, AWS::IAM::ManagedPolicy and AWS
+managed policies), with
 the twin's physical names and ARNs substituted (twin/cfn.py).
 """
 
@@ -71,7 +72,7 @@ def _ref_name(node: Any) -> str | None:
 
 
 def role_policies(template: dict[str, Any], r: Resolver) -> dict[str, list[dict[str, Any]]]:
-    """Role logical id -> its policies ({name, policy} or {name, managed}) with intrinsics resolved."""
+    """Role logical id -> its policies ({name, policy} or {name, managed}), intrinsics resolved."""
     out: dict[str, list[dict[str, Any]]] = {}
     for logical, role in resources_of(template, "AWS::IAM::Role").items():
         props = role["Properties"]

@@ -33,7 +33,7 @@ def _service(environ: dict[str, Any]) -> str:
 
 
 def parse(environ: dict[str, Any], body: bytes) -> tuple[str, str, dict[str, Any]]:
-    """(service, action, params) of one request: query protocol (EC2) or JSON (SSM, KMS, events...)."""
+    """(service, action, params) of one request: query protocol (EC2) or JSON (SSM, KMS, ...)."""
     service = _service(environ)
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target:

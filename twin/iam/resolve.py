@@ -1,7 +1,7 @@
 """From one recorded API request to the IAM request contexts AWS would authorize.
 
-An EC2 call authorizes every resource it touches (RunInstances: the instance, its volumes, the image,
-the subnet, ...), each with its own condition keys, and a create with TagSpecifications also
+An EC2 call authorizes every resource it touches (RunInstances: the instance, its volumes, the
+image, the subnet, ...), each with its own condition keys, and a create with TagSpecifications also
 authorizes ec2:CreateTags with ec2:CreateAction. Each resolver below builds those contexts from the
 request and from the emulator's state at the time of the call (the resources' current tags and
 owners). An action with no resolver is an error, never an allow: a new call in the Lambdas must be
@@ -147,7 +147,7 @@ class State:
         return f"arn:aws:ec2:{self.region}:{acct}:{kind}/{ident}"
 
 
-# --- resolvers -------------------------------------------------------------------------------------
+# --- resolvers ---------------------------------------------------------------------------------
 
 Resolver = Callable[[dict[str, Any], State], list[Context]]
 RESOLVERS: dict[str, Resolver] = {}
@@ -322,7 +322,8 @@ def _create_snapshot(p: dict[str, Any], s: State) -> list[Context]:
             s,
             request_tags(specs.get("snapshot", {})),
         ),
-    ] + _tag_on_create(a, p, s)
+        *_tag_on_create(a, p, s),
+    ]
 
 
 @resolver("ec2:RegisterImage")
@@ -510,7 +511,8 @@ def contexts(service: str, action: str, params: dict[str, Any], state: State) ->
 def implied(
     calls: list[Context], *, instance_role_arn: str | None, ami_parameter_arn: str | None
 ) -> list[Context]:
-    """What a RunInstances with the stack's launch template authorizes besides its resources: passing
+    """What a RunInstances with the stack's launch template authorizes besides its resources:
+    passing
     the template's instance profile role to EC2, and reading the resolve:ssm: AMI parameter."""
     out: list[Context] = []
     for call in calls:
