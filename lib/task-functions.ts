@@ -74,6 +74,13 @@ const LAMBDA_ASSET_EXCLUDES = [
   '*.txt',
 ];
 
+/** Powertools' keys, on every function (docs/contract.md, "Lambda environment"). */
+export const POWERTOOLS_ENVIRONMENT = {
+  POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
+  POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
+  LOG_LEVEL: 'INFO',
+};
+
 export function handlerOf(module: TaskModule): string {
   return `compactor.handlers.${module}.handler`;
 }
@@ -145,12 +152,7 @@ export class TaskFunctions extends Construct {
       powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
       role: props.role,
       logRetention: props.logRetention,
-      environment: {
-        ...props.environment,
-        POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
-        POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
-        LOG_LEVEL: 'INFO',
-      },
+      environment: { ...props.environment, ...POWERTOOLS_ENVIRONMENT },
     };
     this.functions = Object.fromEntries(
       WORKFLOW_TASK_MODULES.map((module) => [module, createTaskFunction(this, module, this.shared)]),

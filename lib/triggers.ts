@@ -6,7 +6,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { createTaskFunction, TaskFunctionShared } from './task-functions';
+import { createTaskFunction, POWERTOOLS_ENVIRONMENT, TaskFunctionShared } from './task-functions';
 
 export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 
@@ -18,7 +18,7 @@ export interface TriggersProps {
   /** Started for every main execution that ends FAILED, TIMED_OUT or ABORTED. */
   readonly cleanupStateMachine: sfn.IStateMachine;
   readonly triggerTagKey: string;
-  /** The task functions' shared code, layer and environment; start_from_tag gets its own role. */
+  /** The task functions' shared code and layer; start_from_tag gets its own role and environment. */
   readonly taskFunctionShared: TaskFunctionShared;
 }
 
@@ -56,8 +56,10 @@ export class Triggers extends Construct {
     this.startFromTag = createTaskFunction(this, 'start_from_tag', {
       ...props.taskFunctionShared,
       role: this.startFromTagRole,
+      // Only what it reads (compactor/trigger.py TriggerConfig); none of the workflow's settings.
       environment: {
-        ...props.taskFunctionShared.environment,
+        ...POWERTOOLS_ENVIRONMENT,
+        TRIGGER_TAG_KEY: props.taskFunctionShared.environment.TRIGGER_TAG_KEY,
         STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
       },
     });

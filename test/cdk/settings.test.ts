@@ -1,5 +1,7 @@
 import {
-  DEFAULT_INSTANCE_TYPES,
+  COMPACTION_POLL_MAX_ATTEMPTS,
+  EVENTS_OUTSIDE_LOOPS,
+  EVENTS_PER_POLL_ITERATION,
   HISTORY_EVENT_LIMIT,
   readSettings,
   Settings,
@@ -17,7 +19,7 @@ describe('settings', () => {
       stackName: 'EbsSnapshotCompactor',
       vpcId: undefined,
       subnetIds: undefined,
-      instanceTypes: DEFAULT_INSTANCE_TYPES.x86_64,
+      instanceTypes: undefined,
       architecture: 'x86_64',
       allowOnDemand: true,
       sourceVolumeIops: 16000,
@@ -26,10 +28,12 @@ describe('settings', () => {
       maxVolumeGiB: 16384,
       triggerTagKey: 'compact',
       maxLaunchAttempts: 3,
+      sourcePoll: { intervalSeconds: 60, maxAttempts: 360 },
       readyPoll: { intervalSeconds: 15, maxAttempts: 40 },
+      attachPoll: { intervalSeconds: 10, maxAttempts: 60 },
       compactionPoll: { intervalSeconds: 120, maxAttempts: 360 },
       snapshotPoll: { intervalSeconds: 120, maxAttempts: 360 },
-      teardownPoll: { intervalSeconds: 15, maxAttempts: 40 },
+      teardownPoll: { intervalSeconds: 30, maxAttempts: 20 },
       stateMachineTimeoutMinutes: 2880,
       kmsKeyArns: undefined,
       powertoolsLayerArn: undefined,
@@ -59,8 +63,27 @@ describe('settings', () => {
     expect(fromCli.compactionPoll).toEqual({ intervalSeconds: 300, maxAttempts: 360 });
   });
 
-  test('arm64 picks Graviton defaults', () => {
-    expect(read({ architecture: 'arm64' }).instanceTypes).toEqual(DEFAULT_INSTANCE_TYPES.arm64);
+  test('instance types: unset leaves the choice to prepare (by size and architecture); given, they win', () => {
+    expect(read({ architecture: 'arm64' })).toMatchObject({
+      architecture: 'arm64',
+      instanceTypes: undefined,
+    });
+    expect(read({ instanceTypes: '' }).instanceTypes).toBeUndefined();
+    expect(read({ instanceTypes: 'm7g.2xlarge' }).instanceTypes).toEqual(['m7g.2xlarge']);
+  });
+
+  test('source and attach polls are settings; the compaction poll takes only its shortest interval', () => {
+    const s = read({
+      sourcePollSeconds: '30',
+      sourcePollMaxAttempts: '100',
+      attachPollSeconds: 5,
+      attachPollMaxAttempts: 20,
+      compactionPollSeconds: 60,
+    });
+    expect(s.sourcePoll).toEqual({ intervalSeconds: 30, maxAttempts: 100 });
+    expect(s.attachPoll).toEqual({ intervalSeconds: 5, maxAttempts: 20 });
+    expect(s.compactionPoll).toEqual({ intervalSeconds: 60, maxAttempts: COMPACTION_POLL_MAX_ATTEMPTS });
+    expect(COMPACTION_POLL_MAX_ATTEMPTS).toBe(360);
   });
 
   test.each([
@@ -90,9 +113,18 @@ describe('settings', () => {
     [{ logRetentionDays: 10 }, /"logRetentionDays" must be one of 1, 3, 5, 7, 14, 30/],
     [{ readyPollSeconds: '1.5' }, /"readyPollSeconds" must be a whole number/],
     [
-      { compactionPollMaxAttempts: 3000 },
+      { snapshotPollMaxAttempts: 3000 },
       /allow \d+ history events in the worst case, over the Step Functions limit of 25000/,
     ],
+    [{ maxLaunchAttempts: 4 }, /allow 29880 history events in the worst case/],
+    [{ sourcePollMaxAttempts: 500 }, /over the Step Functions limit/],
+    [{ attachPollMaxAttempts: 100 }, /over the Step Functions limit/],
+    [
+      { compactionPollMaxAttempts: 100 },
+      /"compactionPollMaxAttempts" is no longer a setting.*at most 360 calls/,
+    ],
+    [{ sourcePollSeconds: 2 }, /"sourcePollSeconds" must be a whole number from 5 to 3600/],
+    [{ attachPollMaxAttempts: 0 }, /"attachPollMaxAttempts" must be a whole number from 1 to 5000/],
   ])('%j is refused with a clear error', (context, message) => {
     expect(() => read(context)).toThrow(SettingsError);
     expect(() => read(context)).toThrow(message);
@@ -103,9 +135,19 @@ describe('settings', () => {
     const more = (patch: Partial<Settings>) =>
       worstCaseHistoryEvents({ ...base, ...patch }) > worstCaseHistoryEvents(base);
     expect(more({ maxLaunchAttempts: 4 })).toBe(true);
+    expect(more({ sourcePoll: { intervalSeconds: 60, maxAttempts: 361 } })).toBe(true);
     expect(more({ readyPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
+    expect(more({ attachPoll: { intervalSeconds: 10, maxAttempts: 61 } })).toBe(true);
     expect(more({ compactionPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
     expect(more({ snapshotPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
-    expect(more({ teardownPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
+    expect(more({ teardownPoll: { intervalSeconds: 30, maxAttempts: 21 } })).toBe(true);
+  });
+
+  test('the history estimate: sources once, per launch ready + attach + 360 compaction calls + teardown, then snapshot and two teardowns', () => {
+    const s = read({});
+    const iterations = 360 + 3 * (40 + 60 + 360 + 20) + 360 + 2 * 20;
+    expect(worstCaseHistoryEvents(s)).toBe(iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS);
+    // The compaction poll counts at its cap whatever the minimum interval: the plan may use every call.
+    expect(worstCaseHistoryEvents(read({ compactionPollSeconds: 3600 }))).toBe(worstCaseHistoryEvents(s));
   });
 });

@@ -1,3 +1,5 @@
+import * as fs from 'fs';
+import * as path from 'path';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { TASK_MODULES } from '../../lib/task-functions';
 import { synthTemplate } from './support';
@@ -30,12 +32,45 @@ function statementsWith(statements: Statement[], action: string): Statement[] {
   return statements.filter((statement) => actionsOf(statement).includes(action));
 }
 
+/**
+ * The stack's own functions (handler compactor.handlers.*), by logical id: CDK adds provider functions of its
+ * own (e.g. the AwsCustomResource of the S3 prefix list lookup) that carry no task environment.
+ */
+function compactorFunctions(template: Template): Record<string, ReturnType<Template['toJSON']>> {
+  return Object.fromEntries(
+    Object.entries(template.findResources('AWS::Lambda::Function')).filter(([, fn]) =>
+      String(fn.Properties.Handler).startsWith('compactor.handlers.'),
+    ),
+  );
+}
+
+/** The workflow's task functions (not start_from_tag), as a Template for allResourcesProperties. */
+function workflowFunctionsTemplate(template: Template): Template {
+  const functions = compactorFunctions(template);
+  return Template.fromJSON({
+    Resources: Object.fromEntries(
+      Object.entries(functions).filter(
+        ([, fn]) => fn.Properties.Handler !== 'compactor.handlers.start_from_tag.handler',
+      ),
+    ),
+  });
+}
+
+/** Statements of the AWS::IAM::Policy resources attached to the role whose logical id starts so. */
+function attachedPolicyStatements(template: Template, roleIdStart: string): Statement[] {
+  return Object.values(template.findResources('AWS::IAM::Policy'))
+    .filter((policy) =>
+      (policy.Properties.Roles as { Ref: string }[]).some((role) => role.Ref.startsWith(roleIdStart)),
+    )
+    .flatMap((policy) => policy.Properties.PolicyDocument.Statement as Statement[]);
+}
+
 describe('default stack', () => {
   const template = synthTemplate();
   const taskStatements = roleStatements(template, 'ebs-snapshot-compactor task Lambdas');
 
   test('one Python 3.13 function per task, handler compactor.handlers.<module>.handler, traced', () => {
-    const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+    const functions = Object.values(compactorFunctions(template));
     expect(functions.map((fn) => fn.Properties.Handler).sort()).toEqual(
       TASK_MODULES.map((module) => `compactor.handlers.${module}.handler`).sort(),
     );
@@ -46,12 +81,15 @@ describe('default stack', () => {
     }
   });
 
-  test('every function gets the environment of the contract', () => {
+  test('every function gets the environment of the contract; only start_from_tag gets STATE_MACHINE_ARN', () => {
     const expected = {
       STACK_NAME: 'EbsSnapshotCompactor',
       SUBNET_IDS: Match.anyValue(),
       LAUNCH_TEMPLATE_ID: Match.anyValue(),
-      INSTANCE_TYPES: 'm7i.large,m6i.large,c6i.large,m5.large,c5.large',
+      INSTANCE_TYPES: '',
+      ARCHITECTURE: 'x86_64',
+      STATE_MACHINE_TIMEOUT_MINUTES: '2880',
+      COMPACTION_POLL_SECONDS: '120',
       ALLOW_ON_DEMAND: 'true',
       SOURCE_VOLUME_IOPS: '16000',
       SOURCE_VOLUME_THROUGHPUT: '1000',
@@ -68,13 +106,43 @@ describe('default stack', () => {
       POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
       LOG_LEVEL: 'INFO',
     };
-    const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+    const functions = Object.values(compactorFunctions(template));
     for (const fn of functions) {
-      expect(Object.keys(fn.Properties.Environment.Variables).sort()).toEqual(Object.keys(expected).sort());
+      const variables = fn.Properties.Environment.Variables;
+      if (fn.Properties.Handler === 'compactor.handlers.start_from_tag.handler') {
+        // Only what compactor/trigger.py reads, plus Powertools.
+        expect(variables).toEqual({
+          STATE_MACHINE_ARN: { Ref: expect.stringMatching(/^WorkflowStateMachine/) },
+          TRIGGER_TAG_KEY: 'compact',
+          POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
+          POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
+          LOG_LEVEL: 'INFO',
+        });
+      } else {
+        expect(Object.keys(variables).sort()).toEqual(Object.keys(expected).sort());
+      }
     }
-    template.allResourcesProperties('AWS::Lambda::Function', {
+    const workflowFunctions = Object.fromEntries(
+      Object.entries(compactorFunctions(template)).filter(
+        ([, fn]) => fn.Properties.Handler !== 'compactor.handlers.start_from_tag.handler',
+      ),
+    );
+    expect(Object.keys(workflowFunctions)).toHaveLength(TASK_MODULES.length - 1);
+    Template.fromJSON({ Resources: workflowFunctions }).allResourcesProperties('AWS::Lambda::Function', {
       Environment: { Variables: Match.objectEquals(expected) },
     });
+  });
+
+  test('docs/contract.md lists exactly the environment keys the stack sets', () => {
+    const contract = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'contract.md'), 'utf8');
+    const section = contract.split('## Lambda environment')[1].split('\n\n')[1];
+    const listed = new Set([...section.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => m[1]));
+    listed.delete('AWS_ENDPOINT_URL'); // read by boto3 in the twin, not set by the stack
+    const set = new Set<string>();
+    for (const fn of Object.values(compactorFunctions(template))) {
+      for (const key of Object.keys(fn.Properties.Environment.Variables)) set.add(key);
+    }
+    expect([...listed].sort()).toEqual([...set].sort());
   });
 
   test('the Powertools layer comes from the public SSM parameter, resolved at deploy', () => {
@@ -244,7 +312,9 @@ describe('default stack', () => {
   test('the task environment names the launch template root device and size (launch maps the root itself)', () => {
     const [launchTemplate] = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
     const [root] = launchTemplate.Properties.LaunchTemplateData.BlockDeviceMappings;
-    const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+    const functions = Object.values(
+      workflowFunctionsTemplate(template).findResources('AWS::Lambda::Function'),
+    );
     expect(functions.length).toBeGreaterThan(0);
     for (const fn of functions) {
       const variables = fn.Properties.Environment.Variables;
@@ -295,7 +365,9 @@ describe('default stack', () => {
 
   test('log groups have a retention; the state machine logs ALL with execution data and traces', () => {
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 90 });
-    template.hasResourceProperties('AWS::StepFunctions::StateMachine', {
+    // Both state machines: the compaction workflow and the cleanup.
+    template.resourceCountIs('AWS::StepFunctions::StateMachine', 2);
+    template.allResourcesProperties('AWS::StepFunctions::StateMachine', {
       StateMachineType: 'STANDARD',
       TracingConfiguration: { Enabled: true },
       LoggingConfiguration: { Level: 'ALL', IncludeExecutionData: true },
@@ -319,10 +391,87 @@ describe('default stack', () => {
       },
       Targets: [
         Match.objectLike({
-          Arn: { Ref: Match.stringLikeRegexp('^WorkflowStateMachine') },
+          Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersStartFromTag'), 'Arn'] },
+          DeadLetterConfig: {
+            Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] },
+          },
+          RetryPolicy: { MaximumRetryAttempts: 8, MaximumEventAgeInSeconds: 7200 },
+        }),
+      ],
+    });
+    // The whole event goes to start_from_tag (it names the execution after the snapshot and the tag value).
+    const tagRule = Object.values(template.findResources('AWS::Events::Rule')).find(
+      (rule) => rule.Properties.EventPattern.source[0] === 'aws.tag',
+    )!;
+    expect(tagRule.Properties.Targets).toHaveLength(1);
+    const target = tagRule.Properties.Targets[0];
+    expect([target.Input, target.InputPath, target.InputTransformer]).toEqual([
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    template.hasResourceProperties('AWS::Lambda::Permission', {
+      Action: 'lambda:InvokeFunction',
+      Principal: 'events.amazonaws.com',
+      FunctionName: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersStartFromTag'), 'Arn'] },
+    });
+  });
+
+  test('start_from_tag has its own role: start the main state machine, describe its executions, write its logs', () => {
+    const statements = [
+      ...roleStatements(template, 'ebs-snapshot-compactor tag trigger'),
+      ...attachedPolicyStatements(template, 'TriggersStartFromTagRole'),
+    ];
+    const byAction = Object.fromEntries(
+      statements.map((st) => [actionsOf(st).sort().join(','), st.Resource]),
+    );
+    expect(Object.keys(byAction).sort()).toEqual(
+      [
+        'logs:CreateLogStream,logs:PutLogEvents',
+        'states:DescribeExecution',
+        'states:StartExecution',
+        'xray:PutTelemetryRecords,xray:PutTraceSegments',
+      ].sort(),
+    );
+    expect(byAction['states:StartExecution']).toEqual({
+      Ref: expect.stringMatching(/^WorkflowStateMachine/),
+    });
+    expect(JSON.stringify(byAction['states:DescribeExecution'])).toMatch(
+      /:execution:.*WorkflowStateMachine.*Name.*:\*/,
+    );
+    expect(JSON.stringify(byAction['logs:CreateLogStream,logs:PutLogEvents'])).toMatch(
+      /TriggersStartFromTagLogs/,
+    );
+    const fn = Object.values(compactorFunctions(template)).find(
+      (f) => f.Properties.Handler === 'compactor.handlers.start_from_tag.handler',
+    )!;
+    expect(fn.Properties.Role).toEqual({
+      'Fn::GetAtt': [expect.stringMatching(/^TriggersStartFromTagRole/), 'Arn'],
+    });
+  });
+
+  test('failed, timed-out or aborted executions start the cleanup state machine', () => {
+    template.hasResourceProperties('AWS::Events::Rule', {
+      EventPattern: {
+        source: ['aws.states'],
+        'detail-type': ['Step Functions Execution Status Change'],
+        detail: {
+          stateMachineArn: [{ Ref: Match.stringLikeRegexp('^WorkflowStateMachine') }],
+          status: ['FAILED', 'TIMED_OUT', 'ABORTED'],
+        },
+      },
+      Targets: [
+        Match.objectLike({
+          Arn: { Ref: Match.stringLikeRegexp('^CleanupStateMachine') },
+          RoleArn: { 'Fn::GetAtt': [Match.anyValue(), 'Arn'] },
           InputTransformer: {
-            InputPathsMap: { 'resources-0-': '$.resources[0]' },
-            InputTemplate: '{"snapshotId":<resources-0->}',
+            InputPathsMap: {
+              'detail-name': '$.detail.name',
+              'detail-executionArn': '$.detail.executionArn',
+              'detail-status': '$.detail.status',
+            },
+            InputTemplate:
+              '{"executionName":<detail-name>,"executionArn":<detail-executionArn>,"status":<detail-status>}',
           },
           DeadLetterConfig: {
             Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] },
@@ -331,28 +480,14 @@ describe('default stack', () => {
         }),
       ],
     });
-  });
-
-  test('timed-out or aborted executions are torn down by the teardown function', () => {
-    template.hasResourceProperties('AWS::Events::Rule', {
-      EventPattern: Match.objectLike({
-        source: ['aws.states'],
-        detail: {
-          stateMachineArn: [{ Ref: Match.stringLikeRegexp('^WorkflowStateMachine') }],
-          status: ['TIMED_OUT', 'ABORTED'],
-        },
-      }),
-      Targets: [
-        Match.objectLike({
-          Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TasksTeardown'), 'Arn'] },
-          InputTransformer: {
-            InputPathsMap: { 'detail-name': '$.detail.name' },
-            InputTemplate:
-              '{"executionName":<detail-name>,"outcome":"failure","keep":{"snapshotIds":[],"imageId":null}}',
-          },
-        }),
-      ],
-    });
+    // EventBridge may only start the cleanup state machine.
+    const eventRoles = Object.values(template.findResources('AWS::IAM::Policy')).filter((policy) =>
+      JSON.stringify(policy.Properties.PolicyDocument).includes('CleanupStateMachine'),
+    );
+    const starts = eventRoles.flatMap((policy) => policy.Properties.PolicyDocument.Statement as Statement[]);
+    expect(statementsWith(starts, 'states:StartExecution')).toEqual([
+      expect.objectContaining({ Resource: { Ref: expect.stringMatching(/^CleanupStateMachine/) } }),
+    ]);
   });
 
   test('outputs: exported state machine ARN, SSM parameter with it, pipeline policy', () => {
@@ -387,7 +522,7 @@ describe('settings change the stack', () => {
     });
     template.resourceCountIs('AWS::EC2::VPC', 0);
     template.resourceCountIs('AWS::EC2::VPCEndpoint', 0);
-    template.allResourcesProperties('AWS::Lambda::Function', {
+    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
       Environment: {
         Variables: Match.objectLike({ SUBNET_IDS: 'subnet-0123456789abcdef0,subnet-0fedcba9876543210' }),
       },
@@ -396,16 +531,16 @@ describe('settings change the stack', () => {
     expect(JSON.stringify(template.toJSON())).toMatch(/:subnet\/subnet-0fedcba9876543210/);
   });
 
-  test('arm64 uses the arm64 AMI parameter and Graviton instance types', () => {
+  test('arm64 uses the arm64 AMI parameter and tells prepare the architecture', () => {
     const template = synthTemplate({ architecture: 'arm64' });
     template.hasResourceProperties('AWS::EC2::LaunchTemplate', {
       LaunchTemplateData: Match.objectLike({
         ImageId: 'resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64',
       }),
     });
-    template.allResourcesProperties('AWS::Lambda::Function', {
+    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
       Environment: {
-        Variables: Match.objectLike({ INSTANCE_TYPES: 'm7g.large,m6g.large,c7g.large,c6g.large,r6g.large' }),
+        Variables: Match.objectLike({ INSTANCE_TYPES: '', ARCHITECTURE: 'arm64' }),
       },
     });
   });
@@ -421,18 +556,24 @@ describe('settings change the stack', () => {
       powertoolsLayerArn: layer,
       logRetentionDays: '30',
       allowOnDemand: 'false',
+      instanceTypes: 'm7i.2xlarge,c7i.2xlarge',
+      stateMachineTimeoutMinutes: 1440,
+      compactionPollSeconds: 300,
     });
     template.hasOutput('StateMachineArn', { Export: { Name: 'Compactor2-StateMachineArn' } });
     template.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({ detail: Match.objectLike({ 'changed-tag-keys': ['shrink-me'] }) }),
     });
-    template.allResourcesProperties('AWS::Lambda::Function', {
+    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
       Layers: [layer],
       Environment: {
         Variables: Match.objectLike({
           STACK_NAME: 'Compactor2',
           TRIGGER_TAG_KEY: 'shrink-me',
           ALLOW_ON_DEMAND: 'false',
+          INSTANCE_TYPES: 'm7i.2xlarge,c7i.2xlarge',
+          STATE_MACHINE_TIMEOUT_MINUTES: '1440',
+          COMPACTION_POLL_SECONDS: '300',
         }),
       },
     });
