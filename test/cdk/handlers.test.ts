@@ -1,6 +1,6 @@
 import { spawnSync } from 'child_process';
 import * as path from 'path';
-import { LAMBDAS_DIR } from '../../lib/task-functions';
+import { handlerOf, LAMBDAS_DIR, TASK_MODULES } from '../../lib/task-functions';
 import { synthTemplate } from './support';
 
 const PYTHON = path.join(__dirname, '..', '..', '.venv', 'bin', 'python');
@@ -32,10 +32,18 @@ function plainEnvironment(variables: Record<string, unknown>): Record<string, st
 
 test('every function Handler resolves to a callable in the Lambda package, with the stack environment', () => {
   const template = synthTemplate();
-  const functions = Object.values(template.findResources('AWS::Lambda::Function'));
+  // The stack's own functions; CDK's provider functions (index.handler) are not in the Lambda package.
+  const functions = Object.values(template.findResources('AWS::Lambda::Function')).filter((fn) =>
+    String(fn.Properties.Handler).startsWith('compactor.handlers.'),
+  );
   const handlers = functions.map((fn) => String(fn.Properties.Handler));
-  expect(handlers).toHaveLength(11);
-  const environment = plainEnvironment(functions[0].Properties.Environment.Variables);
+  expect(handlers.sort()).toEqual(TASK_MODULES.map(handlerOf).sort());
+  expect(handlers).toHaveLength(13);
+  // The union of every function's environment (start_from_tag adds STATE_MACHINE_ARN).
+  const environment = plainEnvironment(
+    Object.assign({}, ...functions.map((fn) => fn.Properties.Environment.Variables)),
+  );
+  environment.STATE_MACHINE_ARN = 'arn:aws:states:us-east-1:111122223333:stateMachine:Test';
   const result = spawnSync(PYTHON, ['-c', RESOLVE, JSON.stringify(handlers)], {
     cwd: LAMBDAS_DIR,
     env: {
