@@ -42,10 +42,15 @@ export function transferNetwork(scope: Construct, settings: Settings): TransferN
   // group can name it as its only destination besides S3.
   const endpointSecurityGroup = new ec2.SecurityGroup(vpc, 'EndpointSecurityGroup', {
     vpc,
-    description: 'ebs-snapshot-compactor interface endpoints (SSM, SSM messages, EC2 messages, Logs): HTTPS in',
+    description:
+      'ebs-snapshot-compactor interface endpoints (SSM, SSM messages, EC2 messages, Logs): HTTPS in',
     allowAllOutbound: false,
   });
-  endpointSecurityGroup.addIngressRule(ec2.Peer.ipv4(vpc.vpcCidrBlock), ec2.Port.tcp(443), 'HTTPS from the VPC');
+  endpointSecurityGroup.addIngressRule(
+    ec2.Peer.ipv4(vpc.vpcCidrBlock),
+    ec2.Port.tcp(443),
+    'HTTPS from the VPC',
+  );
   for (const [id, service] of Object.entries(endpoints)) {
     vpc.addInterfaceEndpoint(`${id}Endpoint`, {
       service,

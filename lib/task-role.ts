@@ -222,12 +222,7 @@ export class TaskRole extends Construct {
       }),
       new iam.PolicyStatement({
         sid: 'UseKeysOnlyThroughEc2',
-        actions: [
-          'kms:Decrypt',
-          'kms:ReEncrypt*',
-          'kms:GenerateDataKeyWithoutPlaintext',
-          'kms:CreateGrant',
-        ],
+        actions: ['kms:Decrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKeyWithoutPlaintext', 'kms:CreateGrant'],
         resources: props.kmsKeyArns,
         conditions: { StringEquals: { 'kms:ViaService': `ec2.${stack.region}.amazonaws.com` } },
       }),

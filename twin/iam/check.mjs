@@ -82,8 +82,7 @@ for (const request of job.requests) {
     const keys = await allowedKeys(service, action, request.resourceType);
     const context = Object.fromEntries(
       Object.entries(request.context ?? {}).filter(
-        ([key]) =>
-          (key.startsWith('aws:') && !TAG_KEYS.test(key)) || keys.some((p) => keyMatches(p, key)),
+        ([key]) => (key.startsWith('aws:') && !TAG_KEYS.test(key)) || keys.some((p) => keyMatches(p, key)),
       ),
     );
     const response = await runSimulation(
