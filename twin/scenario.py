@@ -633,7 +633,7 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
             "fault": fault_label(ctx.fault),
         },
         "fault": fault_label(ctx.fault),
-        "fault_applied": (primary.fault if primary else None),
+        "fault_applied": _fault_applied(ctx, primary),
         "execution_name": primary.name if primary else None,
         "execution_input": primary.input if primary else None,
         "execution_status": primary.status if primary else _cases_status(cases),
@@ -695,6 +695,15 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
     report["picture"] = str(picture)
     (opts.out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _fault_applied(ctx: Context, result: ExecutionResult | None) -> dict[str, Any] | None:
+    applied = dict(result.fault) if result is not None and result.fault else None
+    fault = ctx.state_fault
+    if applied is not None and fault is not None and fault.kind == "throttle":
+        served = ctx.emu.state.throttled_served.get(fault.state, 0)
+        applied["detail"] = f"{served} AWS requests of this state answered with throttling errors"
+    return applied
 
 
 def _handlers_called(d: Deployment, result: ExecutionResult) -> list[str]:

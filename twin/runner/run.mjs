@@ -207,6 +207,11 @@ function taskHandler(stateName, arn, unwrapPayload) {
     const record = { state: stateName, function: fn?.name ?? fnArn, started, ms: 0, error: null };
     invocations.push(record);
     await settleIfDue();
+    if (faultHere('throttle', stateName)) {
+      // The emulator throttles this state's requests (X-Twin-State); the run reached the state.
+      faultReport.applied = true;
+      faultReport.detail = "the emulator throttles this state's AWS requests";
+    }
     if (faultHere('error', stateName)) {
       faultReport.applied = true;
       faultReport.detail = 'the Lambda raised TwinInjectedError';
