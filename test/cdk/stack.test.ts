@@ -154,35 +154,60 @@ describe('default stack', () => {
     });
   });
 
-  test('creating instances and volumes requires the stack tag in the request', () => {
-    const creates = statementsWith(taskStatements, 'ec2:RunInstances').filter((s) => s.Condition);
-    expect(creates).toHaveLength(1);
-    expect(actionsOf(creates[0])).toEqual(expect.arrayContaining(['ec2:CreateVolume']));
-    expect(creates[0].Condition).toEqual({
-      StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: 'EbsSnapshotCompactor' },
-    });
-    expect(JSON.stringify(creates[0].Resource)).toMatch(/:instance\/\*/);
-    expect(JSON.stringify(creates[0].Resource)).toMatch(/:volume\/\*/);
-    const createVolume = statementsWith(taskStatements, 'ec2:CreateVolume');
-    expect(createVolume.every((s) => s.Condition !== undefined)).toBe(true);
+  const LT = 'ec2:LaunchTemplate';
+  test('RunInstances: every statement but the Spot request requires the stack launch template; instances and volumes the stack tag', () => {
+    const runs = statementsWith(taskStatements, 'ec2:RunInstances');
+    const spot = runs.filter((s) => JSON.stringify(s.Resource).includes(':spot-instances-request/'));
+    expect(spot).toHaveLength(1);
+    expect(JSON.stringify(spot[0].Resource)).not.toMatch(/:instance\/|:volume\/|:image\//);
+    for (const statement of runs.filter((s) => s !== spot[0])) {
+      expect(JSON.stringify(statement.Condition?.StringEquals?.[LT])).toMatch(
+        /launch-template\/.*TransferInstanceLaunchTemplate/,
+      );
+    }
+    const instances = runs.filter((s) => JSON.stringify(s.Resource).includes(':instance/*'));
+    expect(instances).toHaveLength(1);
+    expect(instances[0].Condition?.StringEquals?.[`aws:RequestTag/${STACK_TAG}`]).toBe(
+      'EbsSnapshotCompactor',
+    );
+    expect(JSON.stringify(instances[0].Resource)).toMatch(/:volume\/\*/);
   });
 
-  test('RunInstances without the tag condition reaches only the stack subnets, its SG and its template', () => {
-    const unconditioned = statementsWith(taskStatements, 'ec2:RunInstances').filter((s) => !s.Condition);
-    expect(unconditioned).toHaveLength(1);
-    const resources = JSON.stringify(unconditioned[0].Resource);
-    expect(resources).not.toMatch(/:instance\/|:volume\//);
-    expect(resources).toMatch(/:spot-instances-request\/\*/);
-    expect(resources).toMatch(/security-group\//);
+  test('RunInstances: images only Amazon-owned', () => {
+    const images = statementsWith(taskStatements, 'ec2:RunInstances').filter((s) =>
+      JSON.stringify(s.Resource).includes(':image/'),
+    );
+    expect(images).toHaveLength(1);
+    expect(images[0].Condition?.StringEquals?.['ec2:Owner']).toBe('amazon');
+  });
+
+  test('RunInstances network: only the stack subnets, its SG and its template', () => {
+    const network = statementsWith(taskStatements, 'ec2:RunInstances').filter((s) =>
+      JSON.stringify(s.Resource).includes('security-group/'),
+    );
+    expect(network).toHaveLength(1);
+    const resources = JSON.stringify(network[0].Resource);
+    expect(resources).not.toMatch(/:instance\/|:volume\/|:image\//);
     expect(resources).toMatch(/launch-template\//);
     expect(resources).toMatch(/VpctransferSubnet1/);
   });
 
-  test('terminating and deleting need the stack tag on the resource', () => {
+  test('CreateVolume: the volume must carry the stack tag; any source snapshot', () => {
+    const creates = statementsWith(taskStatements, 'ec2:CreateVolume');
+    const volume = creates.filter((s) => JSON.stringify(s.Resource).includes(':volume/'));
+    expect(volume).toHaveLength(1);
+    expect(volume[0].Condition).toEqual({
+      StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: 'EbsSnapshotCompactor' },
+    });
+    const rest = creates.filter((s) => s !== volume[0]);
+    expect(JSON.stringify(rest.map((s) => s.Resource))).not.toMatch(/:volume\/|:instance\//);
+  });
+
+  test('attaching, terminating and deleting need the stack tag on the resource', () => {
     for (const action of [
+      'ec2:AttachVolume',
       'ec2:TerminateInstances',
       'ec2:DeleteVolume',
-      'ec2:DetachVolume',
       'ec2:DeleteSnapshot',
       'ec2:DeregisterImage',
       'ec2:EnableFastSnapshotRestores',
@@ -197,16 +222,41 @@ describe('default stack', () => {
     }
   });
 
-  test('CreateTags only as part of a create call', () => {
-    const [tagging] = statementsWith(taskStatements, 'ec2:CreateTags');
-    expect(statementsWith(taskStatements, 'ec2:CreateTags')).toHaveLength(1);
-    expect(tagging.Condition).toEqual({
+  test('grants no code path uses are gone', () => {
+    const all = taskStatements.flatMap(actionsOf);
+    for (const unused of [
+      'ec2:DetachVolume',
+      'ec2:DisableFastSnapshotRestores',
+      'ebs:ListSnapshotBlocks',
+      'kms:Encrypt',
+      'logs:GetLogEvents',
+      'logs:FilterLogEvents',
+      'logs:DescribeLogStreams',
+      'ssm:ListCommandInvocations',
+      'ec2:DescribeInstanceTypes',
+      'ec2:DescribeTags',
+    ]) {
+      expect(all).not.toContain(unused);
+    }
+  });
+
+  test('CreateTags: while creating, or only the delivered tag on the stack snapshots', () => {
+    const tagging = statementsWith(taskStatements, 'ec2:CreateTags');
+    expect(tagging).toHaveLength(2);
+    expect(tagging[0].Condition).toEqual({
       StringEquals: {
         'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
       },
     });
+    expect(JSON.stringify(tagging[1].Resource)).toMatch(/::snapshot\/\*/);
+    expect(tagging[1].Condition).toEqual({
+      StringEquals: {
+        [`aws:ResourceTag/${STACK_TAG}`]: 'EbsSnapshotCompactor',
+        'aws:RequestTag/ebs-snapshot-compactor:delivered': 'true',
+      },
+      'ForAllValues:StringEquals': { 'aws:TagKeys': ['ebs-snapshot-compactor:delivered'] },
+    });
   });
-
   test('iam:PassRole only for the instance role, only to EC2', () => {
     const passRole = statementsWith(taskStatements, 'iam:PassRole');
     expect(passRole).toHaveLength(1);
@@ -264,23 +314,15 @@ describe('default stack', () => {
     }
   });
 
-  test('transfer instance role: SSM core, Command output only to the command log group', () => {
-    template.hasResourceProperties('AWS::IAM::Role', {
-      Description: Match.stringLikeRegexp('transfer instance'),
-      ManagedPolicyArns: [
-        {
-          'Fn::Join': [
-            '',
-            ['arn:', { Ref: 'AWS::Partition' }, ':iam::aws:policy/AmazonSSMManagedInstanceCore'],
-          ],
-        },
-      ],
-    });
+  test('transfer instance role: no managed policy, Command output only to the command log group', () => {
+    const [role] = Object.values(template.findResources('AWS::IAM::Role')).filter((r) =>
+      String(r.Properties.Description).includes('transfer instance'),
+    );
+    expect(role.Properties.ManagedPolicyArns).toBeUndefined();
     const policies = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
       JSON.stringify(p.Properties.Roles).includes('TransferInstanceRole'),
     );
-    expect(policies).toHaveLength(1);
-    const statements: Statement[] = policies[0].Properties.PolicyDocument.Statement;
+    const statements: Statement[] = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
     const writes = statementsWith(statements, 'logs:PutLogEvents');
     expect(writes).toHaveLength(1);
     expect(writes[0].Resource).toEqual({ 'Fn::GetAtt': [expect.stringMatching(/^CommandLogs/), 'Arn'] });
@@ -323,17 +365,34 @@ describe('default stack', () => {
     }
   });
 
-  test('transfer instance security group: no inbound rule, only HTTPS out', () => {
-    const groups = Object.values(template.findResources('AWS::EC2::SecurityGroup')).filter((g) =>
+  test('transfer instance security group: no inbound rule, HTTPS out only to the endpoints and the S3 prefix list', () => {
+    const groups = Object.entries(template.findResources('AWS::EC2::SecurityGroup')).filter(([, g]) =>
       String(g.Properties.GroupDescription).startsWith('ebs-snapshot-compactor transfer instances'),
     );
     expect(groups).toHaveLength(1);
-    expect(groups[0].Properties.SecurityGroupIngress).toBeUndefined();
-    expect(groups[0].Properties.SecurityGroupEgress).toEqual([
-      expect.objectContaining({ CidrIp: '0.0.0.0/0', IpProtocol: 'tcp', FromPort: 443, ToPort: 443 }),
-    ]);
-    const ingress = Object.values(template.findResources('AWS::EC2::SecurityGroupIngress'));
-    expect(JSON.stringify(ingress)).not.toMatch(/TransferInstanceSecurityGroup/);
+    const [id, group] = groups[0];
+    expect(group.Properties.SecurityGroupIngress).toBeUndefined();
+    // no CIDR egress at all (CDK puts a "disallow all" placeholder rule on the group itself)
+    expect(JSON.stringify(group.Properties.SecurityGroupEgress ?? [])).not.toMatch(/0\.0\.0\.0\/0/);
+    const egress = Object.values(template.findResources('AWS::EC2::SecurityGroupEgress'))
+      .map((e) => e.Properties)
+      .filter((p) => JSON.stringify(p.GroupId).includes(id));
+    expect(egress).toHaveLength(2);
+    for (const rule of egress) {
+      expect(rule).toMatchObject({ IpProtocol: 'tcp', FromPort: 443, ToPort: 443 });
+      expect(rule.CidrIp).toBeUndefined();
+    }
+    expect(JSON.stringify(egress)).toMatch(/DestinationSecurityGroupId.*EndpointSecurityGroup/);
+    expect(JSON.stringify(egress)).toMatch(
+      /DestinationPrefixListId.*S3PrefixListLookup.*PrefixLists\.0\.PrefixListId/,
+    );
+    const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint')).filter(
+      (e) => e.Properties.VpcEndpointType === 'Interface',
+    );
+    expect(endpoints).toHaveLength(4);
+    for (const endpoint of endpoints) {
+      expect(JSON.stringify(endpoint.Properties.SecurityGroupIds)).toMatch(/EndpointSecurityGroup/);
+    }
   });
 
   test('created VPC: two private isolated subnets, no NAT, SSM/Logs interface endpoints and an S3 gateway', () => {
