@@ -66,6 +66,15 @@ class InstanceLost(CompactorError):
     pass
 
 
+class InstanceLaunchFailed(CompactorError):
+    """The instance terminated at launch for a Client.* reason (a KMS key it cannot use, a
+    volume limit): launching again would fail the same way."""
+
+
+class VolumeCreationFailed(CompactorError):
+    """A source volume attach_volumes created from a source snapshot ended in state error."""
+
+
 class InstanceNotReady(CompactorError):
     pass
 

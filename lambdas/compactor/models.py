@@ -118,7 +118,6 @@ class InstanceResult(TypedDict):
     subnetId: str
     instanceType: str
     market: Market
-    volumeInitializationRate: int | None
     failedPools: list[FailedPool]
 
 
@@ -134,7 +133,14 @@ class ReadyResult(TypedDict):
     ready: bool
     state: str
     pingStatus: str | None
+    transientError: NotRequired[str]
+
+
+class AttachResult(TypedDict):
+    done: bool
     volumes: list[AttachedVolume]
+    waitingFor: list[str]
+    transientError: NotRequired[str]
 
 
 class CommandResult(TypedDict):

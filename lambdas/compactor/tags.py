@@ -15,6 +15,8 @@ EXECUTION = PREFIX + "execution"
 ROLE = PREFIX + "role"
 SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
 SOURCE_IMAGE = PREFIX + "source-image"
+# on a source volume (role source-volume): the plan's volume index it was created for
+VOLUME_INDEX = PREFIX + "volume-index"
 # put by check_snapshots on every new snapshot once all of them are completed (the delivery point):
 # teardown never deletes a snapshot carrying it, nor an AMI whose snapshots carry it
 DELIVERED = PREFIX + "delivered"
@@ -26,6 +28,8 @@ MAX_PER_RESOURCE = 50  # EC2's limit
 OWN_TAGS_PER_OUTPUT = 6
 
 ROLE_INSTANCE = "transfer-instance"
+# volumes attach_volumes creates from the source snapshots once the instance is online
+ROLE_SOURCE_VOLUME = "source-volume"
 ROLE_SNAPSHOT = "snapshot"
 ROLE_IMAGE = "image"
 

@@ -276,10 +276,16 @@ def ssm_ping(status: str | None) -> list[dict[str, Any]]:
 def ready_instance(
     world: World, execution_input: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    from compactor.handlers import check_instance
+    """Prepared, launched, online, and its source volumes attached: returns (plan, instance,
+    attached), attached being attach_volumes' result ({"done", "volumes", "waitingFor"})."""
+    from compactor.handlers import attach_volumes, check_instance
 
     plan, instance = plan_and_launch(world, execution_input)
     ssm_ping("Online")
     ready = check_instance.handler({"plan": plan, "instance": instance}, world.context)
     assert ready["ready"], ready
-    return plan, instance, ready
+    for _ in range(5):
+        attached = attach_volumes.handler({"plan": plan, "instance": instance}, world.context)
+        if attached["done"]:
+            return plan, instance, attached
+    raise AssertionError(f"volumes not attached: {attached}")

@@ -13,10 +13,10 @@ from tests.support import capture, error_response, respond
 
 
 def start(
-    world: World, plan: dict[str, Any], instance: dict[str, Any], ready: dict[str, Any]
+    world: World, plan: dict[str, Any], instance: dict[str, Any], attached: dict[str, Any]
 ) -> dict[str, Any]:
     return start_compaction.handler(
-        {"plan": plan, "instance": instance, "ready": ready}, world.context
+        {"plan": plan, "instance": instance, "attached": attached}, world.context
     )
 
 
@@ -89,10 +89,25 @@ def test_multi_volume_parameters_are_comma_lists_in_pair_order(world: World) -> 
     assert params["TargetDeviceNames"] == ["/dev/sdp,/dev/sdq"]
 
 
-def test_refuses_an_instance_that_is_not_ready(world: World) -> None:
-    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+def test_refuses_volumes_that_are_not_all_attached(world: World) -> None:
+    plan, instance, attached = ready_instance(world, {"snapshotId": world.snapshot()})
+    calls = capture(aws.ssm(), "SendCommand")
+    with pytest.raises(errors.InstanceNotReady, match="not all attached"):
+        start(world, plan, instance, dict(attached, done=False))
     with pytest.raises(errors.InstanceNotReady):
-        start(world, plan, instance, dict(ready, ready=False))
+        start(world, plan, instance, dict(attached, volumes=[]))
+    assert calls == []
+
+
+def test_reads_the_attached_volumes_not_a_ready_result(world: World) -> None:
+    """start_compaction takes $.attached (attach_volumes' result); $.ready has no volumes."""
+    plan, instance, attached = ready_instance(world, {"snapshotId": world.snapshot()})
+    ready = {"ready": True, "state": "running", "pingStatus": "Online"}
+    with pytest.raises(KeyError):
+        start_compaction.handler(
+            {"plan": plan, "instance": instance, "ready": ready}, world.context
+        )
+    assert start(world, plan, instance, attached)["commandId"]
 
 
 def test_invocation_not_there_yet_is_not_done(world: World) -> None:

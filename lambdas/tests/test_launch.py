@@ -47,28 +47,16 @@ def test_spot_launch_in_the_first_pool(world: World) -> None:
         "subnetId": world.subnets[0],
         "instanceType": "m7i.large",
         "market": "spot",
-        "volumeInitializationRate": 200,
         "failedPools": [],
     }
     (request,) = calls
-    snapshot_id = plan["volumes"][0]["sourceSnapshotId"]
     assert request["LaunchTemplate"] == {
         "LaunchTemplateId": world.launch_template_id,
         "Version": "$Latest",
     }
     assert request["InstanceMarketOptions"]["MarketType"] == "spot"
+    # the root and the blank target only: no source volume at launch (item 1)
     assert request["BlockDeviceMappings"] == [
-        {
-            "DeviceName": "/dev/sdf",
-            "Ebs": {
-                "SnapshotId": snapshot_id,
-                "VolumeType": "gp3",
-                "Iops": 6000,
-                "Throughput": 500,
-                "DeleteOnTermination": True,
-                "VolumeInitializationRate": 200,
-            },
-        },
         {
             "DeviceName": "/dev/sdp",
             "Ebs": {
@@ -113,9 +101,23 @@ def test_target_is_encrypted_like_the_plan_says(world: World) -> None:
     plan = plan_for(world, kmsKeyId=world.kms_key_arn)
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
-    target = calls[0]["BlockDeviceMappings"][1]["Ebs"]
+    target = calls[0]["BlockDeviceMappings"][0]["Ebs"]
+    assert calls[0]["BlockDeviceMappings"][0]["DeviceName"] == "/dev/sdp"
     assert (target["Encrypted"], target["KmsKeyId"]) == (True, world.kms_key_arn)
-    assert "Encrypted" not in calls[0]["BlockDeviceMappings"][0]["Ebs"]
+
+
+def test_target_key_follows_the_plan_s_target_key(world: World) -> None:
+    """prepare's targetKmsKeyId (this account's key) wins over the source's kmsKeyId; None
+    means the account's default EBS key: Encrypted without KmsKeyId."""
+    plan = plan_for(world, kmsKeyId=world.kms_key_arn)
+    other = aws.kms().create_key()["KeyMetadata"]["Arn"]
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, dict(plan, volumes=[dict(plan["volumes"][0], targetKmsKeyId=other)]))
+    run(world, dict(plan, volumes=[dict(plan["volumes"][0], targetKmsKeyId=None)]), attempt=2)
+    first, second = (c["BlockDeviceMappings"][0]["Ebs"] for c in calls)
+    assert (first["Encrypted"], first["KmsKeyId"]) == (True, other)
+    assert second["Encrypted"] is True
+    assert "KmsKeyId" not in second
 
 
 @pytest.mark.parametrize(
@@ -129,7 +131,7 @@ def test_gp3_iops_are_capped_at_500_per_gib(
     plan = plan_for(world, snapshotId=world.snapshot(size=size_gib))
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
-    for mapping in calls[0]["BlockDeviceMappings"][:2]:  # the root volume keeps gp3's baseline
+    for mapping in calls[0]["BlockDeviceMappings"][:1]:  # the root volume keeps gp3's baseline
         ebs = mapping["Ebs"]
         assert (ebs["Iops"], ebs["Throughput"]) == (iops, throughput)
         assert ebs["Iops"] <= max(3000, 500 * size_gib)
@@ -143,26 +145,22 @@ def test_gp3_throughput_follows_the_capped_iops(world: World, monkeypatch: Any) 
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
     assert [
-        (m["Ebs"]["Iops"], m["Ebs"]["Throughput"]) for m in calls[0]["BlockDeviceMappings"][:2]
-    ] == [
-        (3000, 750),
-        (3000, 750),
-    ]
+        (m["Ebs"]["Iops"], m["Ebs"]["Throughput"]) for m in calls[0]["BlockDeviceMappings"][:1]
+    ] == [(3000, 750)]
 
 
-def test_multi_volume_plan_attaches_pairs_in_order(world: World) -> None:
+def test_multi_volume_plan_maps_the_targets_in_order_and_no_source(world: World) -> None:
     plan = plan_for(world)
     second = dict(plan["volumes"][0], index=1, sourceSnapshotId=world.snapshot(size=5), sizeGiB=5)
     plan["volumes"].append(second)
     calls = capture(aws.ec2(), "RunInstances")
     run(world, plan)
     assert [m["DeviceName"] for m in calls[0]["BlockDeviceMappings"]] == [
-        "/dev/sdf",
         "/dev/sdp",
-        "/dev/sdg",
         "/dev/sdq",
         "/dev/xvda",
     ]
+    assert not any("SnapshotId" in m["Ebs"] for m in calls[0]["BlockDeviceMappings"])
 
 
 def root_mapping(request: dict[str, Any]) -> dict[str, Any]:
@@ -314,58 +312,36 @@ def test_other_errors_are_not_capacity_errors(world: World) -> None:
         run(world, plan)
 
 
-def test_initialization_rate_without_capacity_falls_back_to_the_default_rate(world: World) -> None:
-    plan = plan_for(world)
-    calls: list[dict[str, Any]] = []
-
-    def no_rate_capacity(params: dict[str, Any]) -> None:
-        calls.append(params)
-        if "VolumeInitializationRate" in params["BlockDeviceMappings"][0]["Ebs"]:
-            raise client_error(
-                "RunInstances",
-                "InsufficientCapacity",
-                "There is not enough capacity for the requested volume initialization rate.",
-            )
-
-    on_params(aws.ec2(), "RunInstances", no_rate_capacity)
-    result = run(world, plan)
-    assert len(calls) == 2
-    assert calls[1]["SubnetId"] == calls[0]["SubnetId"] == world.subnets[0]
-    assert result["volumeInitializationRate"] is None
-    assert result["failedPools"] == []
-    assert calls[0]["ClientToken"] != calls[1]["ClientToken"]
-
-
-def test_without_rate_capacity_no_later_pool_asks_for_the_rate(world: World) -> None:
-    plan = plan_for(world)
-    calls: list[dict[str, Any]] = []
-
-    def fail(params: dict[str, Any]) -> None:
-        calls.append(params)
-        if "VolumeInitializationRate" in params["BlockDeviceMappings"][0]["Ebs"]:
-            raise client_error("RunInstances", "InsufficientCapacity", "volume initialization rate")
-        if params["SubnetId"] == world.subnets[0]:
-            raise client_error("RunInstances", "InsufficientInstanceCapacity", "none here")
-
-    on_params(aws.ec2(), "RunInstances", fail)
-    result = run(world, plan)
-    assert [
-        ("VolumeInitializationRate" in c["BlockDeviceMappings"][0]["Ebs"], c["SubnetId"])
-        for c in calls
-    ] == [
-        (True, world.subnets[0]),
-        (False, world.subnets[0]),
-        (False, world.subnets[1]),
-    ]
-    assert (result["subnetId"], result["volumeInitializationRate"]) == (world.subnets[1], None)
-
-
-def test_rate_off_sends_no_rate(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VOLUME_INITIALIZATION_RATE", "0")
+def test_no_initialization_rate_at_launch(world: World) -> None:
+    """The rate is asked for by attach_volumes' CreateVolume of the sources, never at launch."""
     plan = plan_for(world)
     calls = capture(aws.ec2(), "RunInstances")
-    assert run(world, plan)["volumeInitializationRate"] is None
-    assert "VolumeInitializationRate" not in calls[0]["BlockDeviceMappings"][0]["Ebs"]
+    result = run(world, plan)
+    assert "volumeInitializationRate" not in result
+    for mapping in calls[0]["BlockDeviceMappings"]:
+        assert "VolumeInitializationRate" not in mapping["Ebs"]
+
+
+def test_plan_instance_types_win_over_the_environment(world: World) -> None:
+    plan = plan_for(world)
+    plan["instanceTypes"] = ["c7i.2xlarge", "m7i.2xlarge"]
+    spot = [("spot", "c7i.2xlarge", s) for s in world.subnets]
+    calls = fail_pools(dict.fromkeys(spot, "InsufficientInstanceCapacity"))
+    result = run(world, plan)
+    assert calls == [*spot, ("spot", "m7i.2xlarge", world.subnets[0])]
+    assert result["instanceType"] == "m7i.2xlarge"
+
+
+@pytest.mark.parametrize("planned", [None, []])
+def test_environment_instance_types_without_plan_ones(world: World, planned: Any) -> None:
+    plan = plan_for(world)
+    plan.pop("instanceTypes", None)
+    if planned is not None:
+        plan["instanceTypes"] = planned
+    monkeypatch_types = Config.from_env().instance_types
+    calls = capture(aws.ec2(), "RunInstances")
+    run(world, plan)
+    assert calls[0]["InstanceType"] == monkeypatch_types[0]
 
 
 def test_relaunch_starts_in_the_next_subnet(world: World) -> None:

@@ -26,7 +26,7 @@ def compacted_image_job(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     serve_image(source_image(world, volume_count=2, **image_overrides))
     plan, _, ready = ready_instance(world, {"imageId": SOURCE_IMAGE_ID, "tags": {"env": "prod"}})
-    snapshots = create_snapshots.handler({"plan": plan, "ready": ready}, world.context)
+    snapshots = create_snapshots.handler({"plan": plan, "attached": ready}, world.context)
     return plan, snapshots
 
 
@@ -125,7 +125,7 @@ def test_warns_about_what_register_image_cannot_carry(world: World) -> None:
 
 def test_snapshot_job_registers_nothing(world: World) -> None:
     plan, _, ready = ready_instance(world, {"snapshotId": world.snapshot()})
-    snapshots = create_snapshots.handler({"plan": plan, "ready": ready}, world.context)
+    snapshots = create_snapshots.handler({"plan": plan, "attached": ready}, world.context)
     calls = capture(aws.ec2(), "RegisterImage")
     assert register(world, plan, snapshots) == {"imageId": None, "warnings": []}
     assert calls == []

@@ -8,6 +8,7 @@ from typing import Any
 
 from compactor import aws
 from compactor.handlers import (
+    attach_volumes,
     check_compaction,
     check_instance,
     check_snapshots,
@@ -81,8 +82,15 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
         {"plan": state["plan"], "instance": state["instance"]}, ctx
     )
     assert state["ready"]["ready"]
+    for _ in range(5):  # the Attach volumes poll loop
+        state["attached"] = attach_volumes.handler(
+            {"plan": state["plan"], "instance": state["instance"]}, ctx
+        )
+        if state["attached"]["done"]:
+            break
+    assert state["attached"]["done"], state["attached"]
     state["command"] = start_compaction.handler(
-        {"plan": state["plan"], "instance": state["instance"], "ready": state["ready"]}, ctx
+        {"plan": state["plan"], "instance": state["instance"], "attached": state["attached"]}, ctx
     )
     command_succeeds()
     state["compaction"] = check_compaction.handler(
@@ -90,7 +98,7 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
     )
     assert state["compaction"]["done"]
     state["snapshots"] = create_snapshots.handler(
-        {"plan": state["plan"], "ready": state["ready"]}, ctx
+        {"plan": state["plan"], "attached": state["attached"]}, ctx
     )
     state["snapshots"] = check_snapshots.handler({"snapshots": state["snapshots"]}, ctx)
     assert state["snapshots"]["completed"]
@@ -136,8 +144,9 @@ def test_snapshot_job(world: World) -> None:
     assert after["volumes"] == before["volumes"]
     assert after["snapshots"] - before["snapshots"] == {volume["newSnapshotId"]}
     assert world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"] == described
-    # RunInstances reads the source; CreateSnapshot names it in the new snapshot's lineage tag
-    assert changes == ["RunInstances", "CreateSnapshot"]
+    # CreateVolume (attach_volumes, after boot) reads the source, RunInstances never names it;
+    # CreateSnapshot names it in the new snapshot's lineage tag
+    assert changes == ["CreateVolume", "CreateSnapshot"]
 
 
 def test_image_job_with_fast_snapshot_restore(world: World) -> None:
@@ -165,5 +174,11 @@ def test_image_job_with_fast_snapshot_restore(world: World) -> None:
     assert [m["Ebs"]["SnapshotId"] for m in registered[0]["BlockDeviceMappings"][:2]] == new
     assert result["imageId"] is not None
     assert [s["snapshotId"] for s in result["fastSnapshotRestore"]] == new
-    # RunInstances reads the sources; the others name them in lineage tags of the new resources
-    assert changes == ["RunInstances", "CreateSnapshot", "CreateSnapshot", "RegisterImage"]
+    # CreateVolume (after boot) reads the sources; the others name them in lineage tags
+    assert changes == [
+        "CreateVolume",
+        "CreateVolume",
+        "CreateSnapshot",
+        "CreateSnapshot",
+        "RegisterImage",
+    ]

@@ -1,20 +1,32 @@
-"""check_instance: is the transfer instance running, managed by SSM, with its volumes attached?"""
+"""check_instance: is the transfer instance running and managed by SSM? (The source volumes are
+attached afterwards, by attach_volumes.)"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from compactor import aws
-from compactor.errors import InstanceLost
-from compactor.models import AttachedVolume, InstanceResult, Plan, ReadyResult
-from compactor.volumes import source_device, target_device
+from compactor.errors import InstanceLaunchFailed, InstanceLost
+from compactor.models import InstanceResult, Plan, ReadyResult
+from compactor.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import InstanceTypeDef
 
 LOST_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+LAUNCH_FAILED_STATES = frozenset({"shutting-down", "terminated"})
+# Client.* state reasons that are not launch failures: someone (or the instance itself) shut it
+# down; the workflow relaunches as for a Spot loss
+SHUTDOWN_REASONS = frozenset(
+    {
+        "Client.UserInitiatedShutdown",
+        "Client.InstanceInitiatedShutdown",
+        "Client.UserInitiatedHibernate",
+    }
+)
 
 
 def describe(instance_id: str) -> InstanceTypeDef | None:
@@ -39,41 +51,73 @@ def raise_if_lost(instance: InstanceTypeDef) -> None:
         )
 
 
-def check(plan: Plan, launched: InstanceResult) -> ReadyResult:
-    instance = describe(launched["instanceId"])
-    if instance is None:
-        return {"ready": False, "state": "pending", "pingStatus": None, "volumes": []}
-    raise_if_lost(instance)
-    state = instance.get("State", {}).get("Name", "pending")
-    attached = {
-        m["DeviceName"]: m["Ebs"]["VolumeId"]
-        for m in instance.get("BlockDeviceMappings", [])
-        if "DeviceName" in m and "VolumeId" in m.get("Ebs", {})
-    }
-    volumes = _job_volumes(plan, attached)
-    if state != "running" or volumes is None:
-        return {"ready": False, "state": state, "pingStatus": None, "volumes": volumes or []}
-    ping = ssm_ping_status(launched["instanceId"])
-    return {"ready": ping == "Online", "state": state, "pingStatus": ping, "volumes": volumes}
-
-
-def _job_volumes(plan: Plan, attached: dict[str, str]) -> list[AttachedVolume] | None:
-    """The job's volume pairs, or None until every one of them shows up as attached."""
-    volumes: list[AttachedVolume] = []
-    for volume in plan["volumes"]:
-        source, target = source_device(volume["index"]), target_device(volume["index"])
-        if source not in attached or target not in attached:
-            return None
-        volumes.append(
-            {
-                "index": volume["index"],
-                "sourceVolumeId": attached[source],
-                "targetVolumeId": attached[target],
-                "sourceDeviceName": source,
-                "targetDeviceName": target,
-            }
+def raise_if_launch_failed(plan: Plan, instance: InstanceTypeDef) -> None:
+    """EC2 ends an instance it cannot start with a Client.* state reason: Client.InternalError
+    (typically KMS refused the grant for an encrypted volume), Client.InvalidKMSKey.InvalidState
+    (the key is disabled or pending deletion), Client.VolumeLimitExceeded. Launching again
+    fails the same way, so this is not a lost instance: fail at once, naming the keys and fix."""
+    state = instance.get("State", {}).get("Name", "")
+    reason = instance.get("StateReason", {})
+    code = reason.get("Code", "")
+    if state not in LAUNCH_FAILED_STATES or not code.startswith("Client."):
+        return
+    if code in SHUTDOWN_REASONS:
+        return
+    keys = plan_kms_keys(plan)
+    # the encrypted root (and a target without a key) uses the account's default EBS key
+    named = ", ".join([*keys, "the account's default EBS key (root volume)"])
+    if code == "Client.VolumeLimitExceeded":
+        fix = (
+            "the account or Region reached an EBS volume or storage limit: delete unused volumes "
+            "or ask for a higher EBS quota, then start the compaction again"
         )
-    return volumes
+    else:
+        fix = (
+            "make sure each key is enabled (not disabled or pending deletion), that its key "
+            "policy lets this account use it and lets EC2/EBS create grants on it "
+            "(kms:CreateGrant with kms:GrantIsForAWSResource), and that the launch role may use "
+            "it; then start the compaction again"
+        )
+    raise InstanceLaunchFailed(
+        f"transfer instance {instance['InstanceId']} is {state} at launch: "
+        f"{reason.get('Message') or code} ({code}); KMS keys of the volumes: {named}. "
+        f"Launching again would fail the same way: {fix}"
+    )
+
+
+def plan_kms_keys(plan: Plan) -> list[str]:
+    keys: list[str] = []
+    for volume in plan["volumes"]:
+        loose = cast("Mapping[str, Any]", volume)
+        for name in ("kmsKeyId", "targetKmsKeyId"):
+            key = loose.get(name)
+            if key and key not in keys:
+                keys.append(str(key))
+    return keys
+
+
+def check(plan: Plan, launched: InstanceResult) -> ReadyResult:
+    try:
+        instance = describe(launched["instanceId"])
+        if instance is None:
+            return {"ready": False, "state": "pending", "pingStatus": None}
+        raise_if_launch_failed(plan, instance)
+        raise_if_lost(instance)
+        state = instance.get("State", {}).get("Name", "pending")
+        if state != "running":
+            return {"ready": False, "state": state, "pingStatus": None}
+        ping = ssm_ping_status(launched["instanceId"])
+    except ClientError as error:
+        if not aws.is_transient(error):
+            raise
+        logger.warning("transient error, next poll", extra={"error": str(error)})
+        return {
+            "ready": False,
+            "state": "unknown",
+            "pingStatus": None,
+            "transientError": f"{aws.error_code(error)}: {aws.error_message(error)}",
+        }
+    return {"ready": ping == "Online", "state": state, "pingStatus": ping}
 
 
 def ssm_ping_status(instance_id: str) -> str | None:

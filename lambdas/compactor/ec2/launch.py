@@ -1,4 +1,8 @@
-"""launch: RunInstances of the transfer instance with the source and target volumes attached.
+"""launch: RunInstances of the transfer instance with its root and the blank target volumes.
+
+The source volumes are NOT mapped at launch: a source disk from the same base image as the
+transfer AMI carries the same root filesystem UUID, and the instance could boot from it.
+attach_volumes creates and attaches them once the instance is online (compactor/ec2/attach.py).
 
 Spot is tried first in every (instance type x subnet) pool, then On-Demand in the same pools when
 ALLOW_ON_DEMAND is true. A capacity error moves on to the next pool; any other error is raised."""
@@ -6,8 +10,9 @@ ALLOW_ON_DEMAND is true. A capacity error moves on to the next pool; any other e
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -22,7 +27,7 @@ from compactor.config import (
 from compactor.errors import NoCapacity, NoSpotCapacity
 from compactor.models import FailedPool, InstanceResult, Market, Plan
 from compactor.observability import logger, metrics
-from compactor.volumes import source_device, target_device
+from compactor.volumes import target_device
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
@@ -62,7 +67,15 @@ class Pool:
         return f"{self.market} {self.instance_type} in {self.subnet_id}"
 
 
-def pools(config: Config, launch_attempt: int) -> list[Pool]:
+def instance_types(plan: Plan, config: Config) -> tuple[str, ...]:
+    """The plan's instance types (sized by prepare from the bytes to copy, or the stack's
+    explicit setting), else the stack's INSTANCE_TYPES."""
+    # read loosely: prepare adds instanceTypes (planning.py) and older plans lack it
+    planned = tuple(cast("Mapping[str, Any]", plan).get("instanceTypes") or ())
+    return planned or config.instance_types
+
+
+def pools(config: Config, launch_attempt: int, types: tuple[str, ...] | None = None) -> list[Pool]:
     """Spot pools, then On-Demand ones if allowed. Instance types keep their order of preference;
     each relaunch (launchAttempt > 1, after an instance was lost) starts in the next subnet, so
     an AZ that just reclaimed a Spot instance is tried last."""
@@ -72,29 +85,16 @@ def pools(config: Config, launch_attempt: int) -> list[Pool]:
     return [
         Pool(instance_type, subnet_id, market)
         for market in markets
-        for instance_type in config.instance_types
+        for instance_type in (types or config.instance_types)
         for subnet_id in subnets
     ]
 
 
 def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
     failed: list[FailedPool] = []
-    rate = config.volume_initialization_rate
-    for pool in pools(config, launch_attempt):
+    for pool in pools(config, launch_attempt, instance_types(plan, config)):
         try:
-            try:
-                return _run(plan, launch_attempt, pool, rate, failed, config)
-            except ClientError as error:
-                if rate is None or not _is_about_initialization_rate(error):
-                    raise
-                # the rate's capacity is per Region: do without it from here on
-                logger.warning(
-                    "no capacity for the volume initialization rate; default rate instead",
-                    extra={"pool": pool.describe(), "error": aws.error_message(error)},
-                )
-                metrics.add_metric(name="VolumeInitializationRateFallback", unit="Count", value=1)
-                rate = None
-                return _run(plan, launch_attempt, pool, rate, failed, config)
+            return _run(plan, launch_attempt, pool, failed, config)
         except ClientError as error:
             if aws.error_code(error) not in CAPACITY_ERRORS:
                 raise
@@ -120,7 +120,9 @@ def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
     )
 
 
-def _is_about_initialization_rate(error: ClientError) -> bool:
+def is_about_initialization_rate(error: ClientError) -> bool:
+    """A capacity error about a provisioned volume initialization rate (EC2 says so only in the
+    message): the caller goes on with the default rate."""
     message = aws.error_message(error).lower()
     return "initializationrate" in message or "initialization rate" in message
 
@@ -129,11 +131,10 @@ def _run(
     plan: Plan,
     launch_attempt: int,
     pool: Pool,
-    rate: int | None,
     failed: list[FailedPool],
     config: Config,
 ) -> InstanceResult:
-    request = run_instances_request(plan, launch_attempt, pool, rate, config)
+    request = run_instances_request(plan, launch_attempt, pool, config)
     instance = aws.ec2().run_instances(**request)["Instances"][0]
     metrics.add_metric(
         name="LaunchedSpot" if pool.market == "spot" else "LaunchedOnDemand", unit="Count", value=1
@@ -145,13 +146,12 @@ def _run(
         "subnetId": pool.subnet_id,
         "instanceType": pool.instance_type,
         "market": pool.market,
-        "volumeInitializationRate": rate,
         "failedPools": failed,
     }
 
 
 def run_instances_request(
-    plan: Plan, launch_attempt: int, pool: Pool, rate: int | None, config: Config
+    plan: Plan, launch_attempt: int, pool: Pool, config: Config
 ) -> RunInstancesRequestTypeDef:
     execution = plan["executionName"]
     request: RunInstancesRequestTypeDef = {
@@ -163,19 +163,19 @@ def run_instances_request(
         },
         "InstanceType": pool.instance_type,  # type: ignore[typeddict-item]
         "SubnetId": pool.subnet_id,
-        "BlockDeviceMappings": block_device_mappings(plan, rate, config),
+        "BlockDeviceMappings": block_device_mappings(plan, config),
         "TagSpecifications": [
             tags.specification(
                 "instance", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
             ),
-            # RunInstances tags every volume alike (root, source and target): all are the
-            # transfer instance's, deleted with it
+            # RunInstances tags every volume alike (root and targets): all are the transfer
+            # instance's, deleted with it
             tags.specification(
                 "volume", tags.ownership(config.stack_name, execution, tags.ROLE_INSTANCE)
             ),
         ],
         # a retried Lambda call gets the instance of the first call instead of a second one
-        "ClientToken": _client_token(execution, launch_attempt, pool, rate),
+        "ClientToken": _client_token(execution, launch_attempt, pool),
     }
     if pool.market == "spot":
         request["InstanceMarketOptions"] = {
@@ -188,21 +188,11 @@ def run_instances_request(
     return request
 
 
-def block_device_mappings(
-    plan: Plan, rate: int | None, config: Config
-) -> list[BlockDeviceMappingTypeDef]:
+def block_device_mappings(plan: Plan, config: Config) -> list[BlockDeviceMappingTypeDef]:
+    """The root and one blank target volume per source volume; no source volume (see above)."""
     mappings: list[BlockDeviceMappingTypeDef] = []
     for volume in plan["volumes"]:
         iops, throughput = gp3_performance(volume["sizeGiB"], config)
-        source: EbsBlockDeviceTypeDef = {
-            "SnapshotId": volume["sourceSnapshotId"],
-            "VolumeType": "gp3",
-            "Iops": iops,
-            "Throughput": throughput,
-            "DeleteOnTermination": True,
-        }
-        if rate is not None:
-            source["VolumeInitializationRate"] = rate
         # the target is written as fast as the source is read, so it gets the same performance
         target: EbsBlockDeviceTypeDef = {
             "VolumeSize": volume["sizeGiB"],
@@ -213,9 +203,10 @@ def block_device_mappings(
         }
         if volume["encrypted"]:
             target["Encrypted"] = True
-            if volume["kmsKeyId"]:
-                target["KmsKeyId"] = volume["kmsKeyId"]
-        mappings.append({"DeviceName": source_device(volume["index"]), "Ebs": source})
+            # targetKmsKeyId (prepare): this account's key for the target, None = EBS default key
+            key = cast("Mapping[str, Any]", volume).get("targetKmsKeyId", volume["kmsKeyId"])
+            if key:
+                target["KmsKeyId"] = key
         mappings.append({"DeviceName": target_device(volume["index"]), "Ebs": target})
     mappings.append({"DeviceName": config.root_device_name, "Ebs": root_volume(plan, config)})
     return mappings
@@ -242,7 +233,8 @@ def root_volume(plan: Plan, config: Config) -> EbsBlockDeviceTypeDef:
 
 
 def gp3_performance(size_gib: int, config: Config) -> tuple[int, int]:
-    """The configured gp3 IOPS and throughput, lowered to what a volume of this size may have:
+    """The configured gp3 IOPS and throughput, lowered to what a volume of this size may have
+    (source volumes, created by attach_volumes, and targets alike):
     at most 500 IOPS per GiB (never below the 3,000 baseline) and 0.25 MiB/s per IOPS.
     RunInstances rejects the whole launch otherwise (e.g. 16,000 IOPS on an 8 GiB volume)."""
     iops = max(GP3_MIN_IOPS, min(config.source_volume_iops, size_gib * GP3_MAX_IOPS_PER_GIB))
@@ -250,6 +242,6 @@ def gp3_performance(size_gib: int, config: Config) -> tuple[int, int]:
     return iops, throughput
 
 
-def _client_token(execution: str, launch_attempt: int, pool: Pool, rate: int | None) -> str:
-    key = f"{execution}|{launch_attempt}|{pool.market}|{pool.instance_type}|{pool.subnet_id}|{rate}"
+def _client_token(execution: str, launch_attempt: int, pool: Pool) -> str:
+    key = f"{execution}|{launch_attempt}|{pool.market}|{pool.instance_type}|{pool.subnet_id}"
     return hashlib.sha256(key.encode()).hexdigest()[:64]

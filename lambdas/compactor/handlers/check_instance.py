@@ -1,4 +1,4 @@
-"""Task 3: is the transfer instance running and SSM-managed, with its volumes attached?"""
+"""Task 3: is the transfer instance running and SSM-managed? (attach_volumes follows.)"""
 
 from typing import cast
 

@@ -6,15 +6,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import snapshots
 from compactor.config import Config
-from compactor.models import Plan, ReadyResult, SnapshotsResult
+from compactor.models import AttachResult, Plan, SnapshotsResult
 from compactor.observability import Event, task_handler
 
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> SnapshotsResult:
-    ready = cast(ReadyResult, event["ready"])
+    attached = cast(AttachResult, event["attached"])
     return {
         "snapshots": snapshots.create_from_targets(
-            cast(Plan, event["plan"]), ready["volumes"], Config.from_env()
+            cast(Plan, event["plan"]), attached["volumes"], Config.from_env()
         )
     }

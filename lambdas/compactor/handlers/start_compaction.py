@@ -5,7 +5,7 @@ from typing import cast
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor.config import Config
-from compactor.models import CommandResult, InstanceResult, Plan, ReadyResult
+from compactor.models import AttachResult, CommandResult, InstanceResult, Plan
 from compactor.observability import Event, task_handler
 from compactor.ssm import commands
 
@@ -15,6 +15,6 @@ def handler(event: Event, context: LambdaContext) -> CommandResult:
     return commands.start(
         cast(Plan, event["plan"]),
         cast(InstanceResult, event["instance"]),
-        cast(ReadyResult, event["ready"]),
+        cast(AttachResult, event["attached"]),
         Config.from_env(),
     )

@@ -14,7 +14,13 @@ from compactor import aws
 from compactor.config import Config
 from compactor.ec2.instances import describe, raise_if_lost
 from compactor.errors import CompactionFailed, InstanceNotReady
-from compactor.models import CommandResult, CompactionResult, InstanceResult, Plan, ReadyResult
+from compactor.models import (
+    AttachResult,
+    CommandResult,
+    CompactionResult,
+    InstanceResult,
+    Plan,
+)
 from compactor.observability import logger
 
 # How long SSM may take to deliver the command to the agent; the run itself is bounded by the
@@ -25,8 +31,8 @@ DELIVERY_TIMEOUT_SECONDS = 600
 RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
 
 
-def document_parameters(plan: Plan, ready: ReadyResult) -> dict[str, list[str]]:
-    volumes = sorted(ready["volumes"], key=lambda v: v["index"])
+def document_parameters(plan: Plan, attached: AttachResult) -> dict[str, list[str]]:
+    volumes = sorted(attached["volumes"], key=lambda v: v["index"])
     return {
         "SourceVolumeIds": [",".join(v["sourceVolumeId"] for v in volumes)],
         "TargetVolumeIds": [",".join(v["targetVolumeId"] for v in volumes)],
@@ -39,17 +45,18 @@ def document_parameters(plan: Plan, ready: ReadyResult) -> dict[str, list[str]]:
 
 
 def start(
-    plan: Plan, instance: InstanceResult, ready: ReadyResult, config: Config
+    plan: Plan, instance: InstanceResult, attached: AttachResult, config: Config
 ) -> CommandResult:
-    if not ready.get("ready") or len(ready["volumes"]) != len(plan["volumes"]):
+    if not attached.get("done") or len(attached["volumes"]) != len(plan["volumes"]):
         raise InstanceNotReady(
-            f"instance {instance['instanceId']} is not ready for the command (ready={ready}): "
-            "this is a workflow bug, start_compaction runs only after check_instance says ready"
+            f"the volumes of instance {instance['instanceId']} are not all attached "
+            f"(attached={attached}): this is a workflow bug, start_compaction runs only after "
+            "attach_volumes says done"
         )
     command = aws.ssm().send_command(
         InstanceIds=[instance["instanceId"]],
         DocumentName=config.document_name,
-        Parameters=document_parameters(plan, ready),
+        Parameters=document_parameters(plan, attached),
         TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
         Comment=f"ebs-snapshot-compactor {plan['executionName']}"[:100],
         CloudWatchOutputConfig={
