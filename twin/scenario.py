@@ -28,6 +28,7 @@ from .emulator.server import Emulator
 from .eventbridge import deliveries, status_change_event
 from .execution import ExecutionResult, Machine, execute, invoke_function, main_machine
 from .execution import state_machines as template_state_machines
+from .iam.check import check_calls
 from .picture import block_picture
 from .verify import verify
 
@@ -495,9 +496,10 @@ def _outcome(result: ExecutionResult) -> str | None:
 
 
 def holds(row: dict[str, Any]) -> bool:
-    """The invariants of every case: nothing leaked, the source untouched, and once delivered
+    """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
+    roles, the source untouched, and once delivered
     the new snapshots (and the AMI, if one was registered) still exist."""
-    if row["leaked_resources"]:
+    if row["leaked_resources"] or row.get("iam_denials"):
         return False
     if not row["source_snapshot_unchanged"]:
         return False
@@ -685,9 +687,13 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
         "bad_input_cases": cases,
         "workflow_report": primary.workflow_report if primary else None,
         "notes": ctx.notes,
+        # every call the Lambdas made, checked against the synthesized roles (conditions included)
+        "iam_denials": [str(denial) for denial in check_calls(emu.calls_path, ctx.d)],
         "twin_seconds": round(time.monotonic() - started, 1),
     }
-    report["holds"] = holds(report) if primary else not leaks and unchanged
+    report["holds"] = (
+        holds(report) if primary else not leaks and unchanged and not report["iam_denials"]
+    )
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     picture = opts.out_dir / "blocks.svg"
     if opts.picture:

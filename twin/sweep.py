@@ -37,7 +37,7 @@ ROW_KEYS = (
     "state", "kind", "input", "execution_status", "error", "outcome", "fault_applied",
     "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
     "new_snapshot_ids_existing", "new_image_id", "new_image_existing",
-    "source_snapshot_unchanged", "delivered", "cleanup", "holds", "seconds",
+    "source_snapshot_unchanged", "delivered", "cleanup", "iam_denials", "holds", "seconds",
 )  # fmt: skip
 
 
@@ -170,7 +170,8 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         "that only run for an AMI with INPUT=ami), then the cleanup path EventBridge would start.",
         "`holds`: nothing leaked after the cleanup path (no instance left running, no volume, no",
         "snapshot or AMI of the execution other than delivered outputs), the source snapshot",
-        "unchanged, and once delivered every new snapshot (and the AMI) still exists.",
+        "unchanged, once delivered every new snapshot (and the AMI) still exists, and every AWS",
+        "call the Lambdas made is allowed by the synthesized roles (twin/iam).",
         "`applied`: whether the execution reached the state (a fault at a state the run never",
         "enters changes nothing).",
         "",
