@@ -14,6 +14,12 @@ export const LAMBDA_SERVICE_ERRORS = [
   'Lambda.ClientExecutionTimeoutException',
 ];
 
+/**
+ * What a handler raises when AWS still throttles or answers 5xx after botocore's retries
+ * (compactor.errors.TransientAwsError): worth retrying the whole task after a pause.
+ */
+export const TRANSIENT_AWS_ERROR = 'TransientAwsError';
+
 /** Keys of `$.timings` (docs/contract.md): `start` plus one per phase. */
 export const PHASES = [
   'prepare',
@@ -111,6 +117,14 @@ export class WorkflowBuilder {
       maxAttempts: 6,
       backoffRate: 2,
       maxDelay: Duration.seconds(60),
+      jitterStrategy: sfn.JitterType.FULL,
+    });
+    task.addRetry({
+      errors: [TRANSIENT_AWS_ERROR],
+      interval: Duration.seconds(10),
+      maxAttempts: 5,
+      backoffRate: 2,
+      maxDelay: Duration.seconds(120),
       jitterStrategy: sfn.JitterType.FULL,
     });
     // Step Functions takes the first matching Catch, and States.ALL must come last.

@@ -91,5 +91,10 @@ class ImageRegistrationFailed(CompactorError):
     pass
 
 
+class TransientAwsError(CompactorError):
+    """AWS still answered with throttling or a server error after the SDK's own retries; the
+    state machine retries the task with backoff (a poll task reports "not done yet" instead)."""
+
+
 class ConfigError(Exception):
     """The Lambda environment set by the stack is missing or invalid: a deployment problem."""

@@ -1,4 +1,4 @@
-import { LAMBDA_SERVICE_ERRORS, PHASES } from '../../lib/workflow-building-blocks';
+import { LAMBDA_SERVICE_ERRORS, PHASES, TRANSIENT_AWS_ERROR } from '../../lib/workflow-building-blocks';
 import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 /** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
@@ -126,6 +126,11 @@ describe('state machine definition', () => {
     );
     expect(lambdaRetry?.ErrorEquals.sort()).toEqual([...LAMBDA_SERVICE_ERRORS].sort());
     expect(lambdaRetry?.MaxAttempts).toBeGreaterThan(0);
+    // a throttled AWS call that outlived botocore's retries is retried, not caught as a failure
+    const transient = (state.Retry ?? []).find((r) => r.ErrorEquals.includes(TRANSIENT_AWS_ERROR));
+    expect(transient?.ErrorEquals).toEqual([TRANSIENT_AWS_ERROR]);
+    expect(transient?.MaxAttempts).toBeGreaterThanOrEqual(3);
+    expect(transient?.BackoffRate).toBeGreaterThan(1);
     const catches = state.Catch ?? [];
     expect(catches.length).toBeGreaterThan(0);
     expect(catches[catches.length - 1].ErrorEquals).toEqual(['States.ALL']);
