@@ -10,7 +10,7 @@ from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
-from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot
+from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume
 from moto.ec2.models.instances import Instance, InstanceBackend
 from moto.ec2.models.tags import TagBackend
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
@@ -57,6 +57,102 @@ def _delete_volume(self: EBSBackend, volume_id: str) -> Any:
         if path is not None:
             path.unlink(missing_ok=True)
     return volume
+
+
+# --- volume and attachment states, as EC2 moves them ---------------------------------------
+# CreateVolume answers `creating`; the volume stays so for VOLUME_CREATING_POLLS DescribeVolumes
+# answers that list it, then `available`. AttachVolume answers `attaching`; the attachment stays
+# `attaching` (volume `in-use`) for ATTACHING_POLLS answers, then `attached`. A ClientToken makes
+# CreateVolume idempotent: a retry with the same token answers the first call's volume.
+
+VOLUME_CREATING_POLLS = 2
+ATTACHING_POLLS = 1
+
+
+def _volume_status(self: Any) -> str:
+    if getattr(self, "twin_creating", 0) > 0:
+        return "creating"
+    return "in-use" if self.attachment else "available"
+
+
+def _create_volume_api(self: ElasticBlockStore) -> ActionResult:
+    emu = _active()
+    token = self._get_param("ClientToken")
+    backend: Any = self.ec2_backend
+    tokens: dict[str, str] = backend.__dict__.setdefault("twin_volume_tokens", {})
+    if emu is not None and token and token in tokens and tokens[token] in backend.volumes:
+        return ActionResult(backend.volumes[tokens[token]])
+    result = _orig["create_volume_api"](self)
+    volume: Any = result.result  # the Volume model object
+    if emu is not None:
+        # each DescribeVolumes answer counts one down before it is rendered
+        volume.twin_creating = VOLUME_CREATING_POLLS + 1
+        if token:
+            tokens[token] = volume.id
+    return result
+
+
+def _describe_volumes(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
+    volumes = _orig["describe_volumes"](self, *args, **kwargs)
+    if _active() is not None:
+        for volume in volumes:
+            _settle_volume(volume)
+    return volumes
+
+
+def _settle_volume(volume: Any) -> None:
+    """One DescribeVolumes answer went by: move creating/attaching one step on."""
+    if getattr(volume, "twin_creating", 0) > 0:
+        volume.twin_creating -= 1
+        return
+    attachment = volume.attachment
+    if attachment is not None and attachment.status == "attaching":
+        left = getattr(attachment, "twin_attaching", 0)
+        if left > 0:
+            attachment.twin_attaching = left - 1
+        else:
+            attachment.status = "attached"
+
+
+def _attach_volume(
+    self: EBSBackend, volume_id: str, instance_id: str, device_path: str, *a: Any, **kw: Any
+) -> Any:
+    emu = _active()
+    if emu is not None:
+        volume: Any = self.get_volume(volume_id)
+        instance = self.get_instance(instance_id)  # type: ignore[attr-defined]
+        if volume.zone is not None and volume.zone.name != instance.placement.zone:
+            raise EC2ClientError(
+                "InvalidVolume.ZoneMismatch",
+                f"The volume '{volume_id}' is not in the same availability zone as instance "
+                f"'{instance_id}'",
+            )
+        if volume.status != "available":
+            raise EC2ClientError(
+                "IncorrectState", f"vol '{volume_id}' is not 'available'. It is '{volume.status}'."
+            )
+        if device_path in instance.block_device_mapping:
+            raise EC2ClientError(
+                "InvalidParameterValue",
+                f"Invalid value '{device_path}' for unixDevice. Attachment point {device_path} "
+                "is already in use",
+            )
+    attachment = _orig["attach_volume"](self, volume_id, instance_id, device_path, *a, **kw)
+    if emu is not None and attachment is not None and getattr(self, "twin_api_attach", False):
+        attachment.status = "attaching"
+        attachment.twin_attaching = ATTACHING_POLLS
+    return attachment
+
+
+def _attach_volume_api(self: ElasticBlockStore) -> ActionResult:
+    # only an AttachVolume call goes through `attaching`: RunInstances' own mappings come up
+    # attached with the instance
+    backend: Any = self.ec2_backend
+    backend.twin_api_attach = True
+    try:
+        return _orig["attach_volume_api"](self)  # type: ignore[no-any-return]
+    finally:
+        backend.twin_api_attach = False
 
 
 # --- snapshots ------------------------------------------------------------------------------
@@ -155,7 +251,67 @@ def _run_instances(self: InstanceBackend, *args: Any, **kwargs: Any) -> Any:
     if emu is not None:
         with emu.lock:
             emu.instances_launched.extend(i.id for i in reservation.instances)
+        for instance in reservation.instances:
+            _check_launch_keys(self, instance)
     return reservation
+
+
+# EC2 starts the instance, cannot decrypt a volume mapped at launch, and ends it: the instance
+# goes pending -> terminated with this state reason (EC2 User Guide, "Troubleshoot instance
+# launch issues": "Instance terminates immediately")
+KMS_INVALID_STATE = (
+    "Client.InvalidKMSKey.InvalidState",
+    "Client.InvalidKMSKey.InvalidState: The KMS key provided is in an incorrect state",
+)
+UNUSABLE_KEY_STATES = frozenset({"Disabled", "PendingDeletion", "PendingImport", "Unavailable"})
+
+
+def _check_launch_keys(backend: Any, instance: Any) -> None:
+    """A volume mapped at launch encrypted with a key that is disabled or pending deletion: the
+    instance answers `pending` and is terminated at the next DescribeInstances."""
+    from moto.kms.models import kms_backends
+
+    kms = kms_backends[backend.account_id][backend.region_name]
+    for _, mapping in instance.get_block_device_mapping:
+        volume = backend.volumes.get(mapping.volume_id)
+        key_id = getattr(volume, "kms_key_id", None) if volume is not None else None
+        if not key_id or not getattr(volume, "encrypted", False):
+            continue
+        try:
+            key = kms.describe_key(key_id)
+        except Exception:  # a key of another account or unknown to moto: not ours to judge
+            continue
+        if key.key_state in UNUSABLE_KEY_STATES:
+            instance._state.name, instance._state.code = "pending", 0
+            instance.twin_launch_failure = KMS_INVALID_STATE
+            return
+
+
+def _describe_instances(self: InstanceBackend, *args: Any, **kwargs: Any) -> Any:
+    _end_failed_launches(self)
+    return _orig["describe_instances"](self, *args, **kwargs)
+
+
+def _get_reservations_by_instance_ids(self: InstanceBackend, *args: Any, **kwargs: Any) -> Any:
+    _end_failed_launches(self)
+    return _orig["get_reservations_by_instance_ids"](self, *args, **kwargs)
+
+
+def _end_failed_launches(self: InstanceBackend) -> None:
+    """DescribeInstances after a launch that cannot succeed: the instance is terminated."""
+    if _active() is not None:
+        for reservation in self.reservations.values():
+            for instance in reservation.instances:
+                failure = getattr(instance, "twin_launch_failure", None)
+                if failure is None:
+                    continue
+                instance.twin_launch_failure = None  # type: ignore[attr-defined]
+                from moto.ec2.models.instances import StateReason
+
+                self.terminate_instances([instance.id])
+                code, message = failure
+                instance.state_reason = StateReason(message, code)
+                instance._reason = message
 
 
 def _terminate(self: Instance) -> Any:
@@ -335,6 +491,12 @@ def install() -> None:
     if _orig:
         return
     _orig["create_volume"] = EBSBackend.create_volume
+    _orig["create_volume_api"] = ElasticBlockStore.create_volume
+    _orig["describe_volumes"] = EBSBackend.describe_volumes
+    _orig["attach_volume"] = EBSBackend.attach_volume
+    _orig["attach_volume_api"] = ElasticBlockStore.attach_volume
+    _orig["describe_instances"] = InstanceBackend.describe_instances
+    _orig["get_reservations_by_instance_ids"] = InstanceBackend.get_reservations_by_instance_ids
     _orig["delete_volume"] = EBSBackend.delete_volume
     _orig["create_snapshot"] = EBSBackend.create_snapshot
     _orig["describe_snapshots"] = EBSBackend.describe_snapshots
@@ -343,6 +505,13 @@ def install() -> None:
     _orig["terminate"] = Instance.terminate
     _orig["create_tags"] = TagBackend.create_tags
     EBSBackend.create_volume = _create_volume  # type: ignore[method-assign]
+    ElasticBlockStore.create_volume = _create_volume_api  # type: ignore[method-assign]
+    EBSBackend.describe_volumes = _describe_volumes  # type: ignore[method-assign]
+    EBSBackend.attach_volume = _attach_volume  # type: ignore[method-assign]
+    ElasticBlockStore.attach_volume = _attach_volume_api  # type: ignore[method-assign]
+    Volume.status = property(_volume_status)  # type: ignore[method-assign,assignment]
+    InstanceBackend.describe_instances = _describe_instances  # type: ignore[method-assign]
+    InstanceBackend.get_reservations_by_instance_ids = _get_reservations_by_instance_ids  # type: ignore[method-assign]
     EBSBackend.delete_volume = _delete_volume  # type: ignore[method-assign]
     EBSBackend.create_snapshot = _create_snapshot  # type: ignore[method-assign]
     EBSBackend.describe_snapshots = _describe_snapshots  # type: ignore[method-assign]
