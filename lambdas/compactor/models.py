@@ -14,7 +14,6 @@ Outcome = Literal["success", "failure", "retry", "cleanup"]
 ReportOutcome = Literal["success", "succeeded-with-warnings", "failure"]
 
 
-
 class SourceRef(TypedDict):
     kind: SourceKind
     snapshotId: NotRequired[str]
@@ -78,10 +77,10 @@ class ImageSpec(TypedDict):
     productCodes: list[str]
     deprecationTime: str | None
 
+
 class CompactionPoll(TypedDict):
     intervalSeconds: int
     maxAttempts: int
-
 
 
 class Plan(TypedDict):
@@ -95,6 +94,7 @@ class Plan(TypedDict):
     fastSnapshotRestoreAzs: list[str]
     kmsKeyId: str | None
     imageName: str | None
+    tags: dict[str, str]
     # false while a source snapshot is pending: the workflow calls prepare again (bounded)
     sourcesReady: bool
     pendingSnapshotIds: list[str]
@@ -102,7 +102,6 @@ class Plan(TypedDict):
     compactionPoll: CompactionPoll  # bound of the Check compaction loop (sizing.py)
     bytesToCopy: int
     notes: list[str]  # for the report, e.g. re-encryption with another key
-    tags: dict[str, str]
 
 
 class FailedPool(TypedDict):
