@@ -82,6 +82,35 @@ def related_numbers(path: str) -> list[str]:
     return found
 
 
+def stacked_loop_numbers(numbers: Sequence[str]) -> list[str]:
+    """major:minor of loop devices set up over these devices, transitively (a loop over a loop
+    over the disk counts too). On a kernel that does not scan partition tables, an offset loop
+    device over the disk is how one of its partitions gets mounted: a mount there uses the disk."""
+    loops: dict[str, str] = {}
+    try:
+        entries = os.listdir("/sys/block")
+    except OSError:
+        return []
+    for entry in entries:
+        backing = os.path.join("/sys/block", entry, "loop", "backing_file")
+        dev_file = os.path.join("/sys/block", entry, "dev")
+        with contextlib.suppress(OSError), open(backing) as f, open(dev_file) as g:
+            loops[g.read().strip()] = f.read().strip()
+    found: list[str] = []
+    frontier = set(numbers)
+    while frontier:
+        layer = []
+        for dev, backing in loops.items():
+            if dev in found or dev in numbers:
+                continue
+            with contextlib.suppress(OSError):
+                if _dev_numbers(backing) in frontier:
+                    layer.append(dev)
+        found += layer
+        frontier = set(layer)
+    return found
+
+
 def _mounted_numbers() -> list[str]:
     with open("/proc/self/mountinfo") as f:
         return [line.split()[2] for line in f if line.strip()]
@@ -125,9 +154,10 @@ def in_use(path: str) -> Optional[str]:
         return None
     if set(numbers) & set(root_disk_numbers()):
         return f"{path} is the root disk of this instance: pick another device"
-    if set(numbers) & set(_mounted_numbers()):
+    in_use_numbers = set(numbers) | set(stacked_loop_numbers(numbers))
+    if in_use_numbers & set(_mounted_numbers()):
         return f"{path} (or one of its partitions) is mounted: unmount it first"
-    if set(numbers) & set(_swap_numbers()):
+    if in_use_numbers & set(_swap_numbers()):
         return f"{path} (or one of its partitions) is in use as swap: swapoff it first"
     for number in numbers:
         holders = os.path.join(_sysfs_dir(number), "holders")

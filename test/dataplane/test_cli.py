@@ -168,6 +168,28 @@ def test_device_refuses_a_mounted_volume(by_id: Path, tmp_path: Path) -> None:
     _assert_one_error_line(run, "is mounted")
 
 
+def test_device_refuses_a_volume_whose_partition_is_mounted(by_id: Path, tmp_path: Path) -> None:
+    """No partition scanning: the partition is an offset loop device over the volume's device,
+    and a mount there uses the volume (the twin's instance booted from the user's disk)."""
+    disk = images.build_gpt_efi_ext4(tmp_path / "gpt.img")
+    root = disk.partition(3)
+    link = by_id / f"nvme-Amazon_Elastic_Block_Store_{VOLUME.replace('-', '')}"
+    with (
+        attached(disk.path) as device,
+        images.loop_device(device, root.start, root.size) as partition,
+        images.mounted(partition, "ext4", "ro,noload"),
+    ):
+        link.symlink_to(device)
+        run = sparsecopy("device", VOLUME, env={"SPARSECOPY_BY_ID_DIR": str(by_id)})
+    _assert_one_error_line(run, "is mounted")
+    # the same stacked loop, not mounted: the volume is free
+    with attached(disk.path) as device, images.loop_device(device, root.start, root.size):
+        link.unlink()
+        link.symlink_to(device)
+        run = sparsecopy("device", VOLUME, env={"SPARSECOPY_BY_ID_DIR": str(by_id)})
+    assert run.returncode == 0, run.stderr
+
+
 def test_device_refuses_the_root_disk(by_id: Path) -> None:
     root = os.stat("/").st_dev
     node = f"/sys/dev/block/{os.major(root)}:{os.minor(root)}"
