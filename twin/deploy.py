@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from .cfn import (
     Deployment,
     Function,
@@ -15,16 +17,28 @@ from .cfn import (
     load_template,
     resources_of,
 )
+from .emulator import boot
 from .emulator.server import Emulator
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _image_for_launch_template(emu: Emulator, image_id: str) -> str:
-    """EC2 resolves `resolve:ssm:<parameter>` in a launch template at launch; the emulator's
-    stock AMIs stand in for Amazon Linux 2023."""
+    """EC2 resolves `resolve:ssm:<parameter>` in a launch template at each launch. The emulator's
+    public AL2023 parameter answers the twin's transfer AMI (the "AL2023 base", emulator/boot.py),
+    whose root filesystem UUID the demo's source AMI shares; the twin resolves it once here (the
+    parameter does not change during a run)."""
     if not image_id.startswith("resolve:ssm:"):
         return image_id
+    name = image_id.removeprefix("resolve:ssm:")
+    if name == boot.TRANSFER_AMI_PARAMETER:
+        emu.transfer_image()
+        try:
+            value = emu.boto3_client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+        except ClientError as error:
+            raise TemplateError(f"the launch template's image {image_id}: {error}") from error
+        return str(value)
+    # another parameter (e.g. arm64): one of moto's stock Amazon AMIs stands in
     images = emu.boto3_client("ec2").describe_images(Owners=["amazon"])["Images"]
     linux = [i for i in images if i.get("Platform") != "windows" and i["Architecture"] == "x86_64"]
     if not linux:

@@ -29,13 +29,16 @@ def images() -> ModuleType:
     return module
 
 
-def build(fs: str, path: Path, seed: int = 0) -> Any:
-    """A dirty 1 GiB disk (EBS volume sizes are whole GiB): files written, some deleted."""
+def build(fs: str, path: Path, seed: int = 0, root_uuid: str | None = None) -> Any:
+    """A dirty 1 GiB disk (EBS volume sizes are whole GiB): files written, some deleted.
+    root_uuid: the root filesystem's UUID (ext4 and xfs: a disk of an AMI built from a base)."""
     img = images()
+    if root_uuid is not None and fs not in ("ext4", "xfs"):
+        raise ValueError(f"FS={fs}: only the ext4 and xfs disks have a root filesystem UUID to set")
     builders = {
         # seed 000's experiment: GPT with BIOS boot, EFI and an ext4 root
-        "ext4": lambda: img.build_gpt_efi_ext4(path, size=GIB, seed=seed + 1),
-        "xfs": lambda: img.build_gpt_xfs(path, size=GIB, seed=seed + 2),
+        "ext4": lambda: img.build_gpt_efi_ext4(path, size=GIB, seed=seed + 1, root_uuid=root_uuid),
+        "xfs": lambda: img.build_gpt_xfs(path, size=GIB, seed=seed + 2, root_uuid=root_uuid),
         "ntfs": lambda: img.build_mbr_ntfs(path, size=GIB, seed=seed + 3),
         "bare-ext4": lambda: img.build_bare_ext4(path, size=GIB, seed=seed + 5),
     }

@@ -22,6 +22,7 @@ from moto.stepfunctions.models import stepfunctions_backends
 from . import disks
 from .cfn import Deployment
 from .deploy import deploy
+from .emulator import boot
 from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.faults import FAULTS, FaultError, Faults, StateFault, parse
 from .emulator.server import Emulator
@@ -129,7 +130,11 @@ def _register(emu: Emulator, opts: Options, work: Path) -> Source:
             state="pending" if pending else "completed", completes=True,
         )  # fmt: skip
         return Source("snapshot", [sid], [disk])
-    root = disks.build(opts.fs, work / "root.img", opts.seed)
+    # A golden image built from the same AL2023 release as the transfer AMI: its root
+    # filesystem has the transfer AMI's root UUID (emulator/boot.py), so a transfer instance
+    # launched with it mapped boots from it.
+    base_uuid = boot.AL2023_ROOT_UUID if opts.fs in ("ext4", "xfs") else None
+    root = disks.build(opts.fs, work / "root.img", opts.seed, root_uuid=base_uuid)
     data = disks.build("bare-ext4", work / "data.img", opts.seed + 10)
     image_id, sids = emu.register_ami(
         "twin-demo-image", [("/dev/xvda", root.path), ("/dev/sdb", data.path)], AMI_ATTRIBUTES

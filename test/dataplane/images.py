@@ -401,8 +401,11 @@ LINUX = "8300"
 LINUX_SWAP = "8200"
 
 
-def build_gpt_efi_ext4(path: Path, size: int = 160 * MIB, seed: int = 1) -> DiskImage:
-    """GPT: 1 MiB BIOS-boot (random "boot loader" bytes), 32 MiB EFI (FAT16), rest ext4, dirty."""
+def build_gpt_efi_ext4(
+    path: Path, size: int = 160 * MIB, seed: int = 1, root_uuid: str | None = None
+) -> DiskImage:
+    """GPT: 1 MiB BIOS-boot (random "boot loader" bytes), 32 MiB EFI (FAT16), rest ext4, dirty.
+    ``root_uuid``: the ext4's UUID (images built from one base share it), else a random one."""
     disk = make_gpt(
         path,
         size,
@@ -412,7 +415,7 @@ def build_gpt_efi_ext4(path: Path, size: int = 160 * MIB, seed: int = 1) -> Disk
     write_random_bytes(path, boot.start, 200 * 1024, seed)  # like GRUB core.img: part data
     mkfs(disk, 2, "-F", "16", "-n", "EFI")
     efi_files(disk, 2, seed)
-    mkfs(disk, 3)
+    mkfs(disk, 3, *(["-U", root_uuid] if root_uuid else []))
     with partition_mount(disk, 3) as mnt:
         disk.files[3] = fill_dirty(mnt, seed)
     return disk
@@ -437,16 +440,21 @@ def efi_files(disk: DiskImage, number: int, seed: int) -> None:
 
 
 def build_gpt_xfs(
-    path: Path, size: int = 400 * MIB, seed: int = 2, crash: bool = False
+    path: Path,
+    size: int = 400 * MIB,
+    seed: int = 2,
+    crash: bool = False,
+    root_uuid: str | None = None,
 ) -> DiskImage:
-    """GPT like AL2023: 1 MiB BIOS-boot, 10 MiB EFI (FAT), rest XFS; dirty, optionally crashed."""
+    """GPT like AL2023: 1 MiB BIOS-boot, 10 MiB EFI (FAT), rest XFS; dirty, optionally crashed.
+    ``root_uuid``: the XFS's UUID (images built from one base share it), else a random one."""
     disk = make_gpt(
         path, size, [(1, BIOS_BOOT, "none"), (10, EFI_SYSTEM, "vfat"), (0, LINUX, "xfs")]
     )
     write_random_bytes(path, disk.partition(1).start, 100 * 1024, seed)
     mkfs(disk, 2, "-F", "16", "-n", "EFI")
     efi_files(disk, 2, seed)
-    mkfs(disk, 3)
+    mkfs(disk, 3, *(["-m", f"uuid={root_uuid}"] if root_uuid else []))
     with partition_mount(disk, 3) as mnt:
         disk.files[3] = fill_dirty(mnt, seed, files=8, file_size=16 * MIB, delete=(2, 4, 6, 8))
         if crash:

@@ -73,9 +73,18 @@ class LoopDevices:
     attached: dict[str, Path] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def attach(self, backing: Path) -> str:
+    def attach(
+        self, backing: Path, offset: int = 0, size: int | None = None, read_only: bool = False
+    ) -> str:
+        """A loop device over `backing` (a file, or one of our loop devices: from `offset`, `size`
+        bytes, like a partition of it)."""
+        args = ["losetup", "--find", "--show"]
+        if offset or size is not None:
+            args += ["--offset", str(offset)] + (["--sizelimit", str(size)] if size else [])
+        if read_only:
+            args.append("--read-only")
         device = subprocess.run(
-            ["losetup", "--find", "--show", str(backing)],
+            [*args, str(backing)],
             check=True,
             capture_output=True,
             text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from moto.ec2.models.instances import Instance, InstanceBackend
 from moto.ec2.models.tags import TagBackend
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
+from . import boot
 from . import state as st
 from .blockstore import EBS_BLOCK, create_blank, sparse_copy, written_chunks
 
@@ -247,13 +249,84 @@ def _run_instances(self: InstanceBackend, *args: Any, **kwargs: Any) -> Any:
             raise EC2ClientError(
                 "InsufficientInstanceCapacity", _SPOT_CAPACITY_MESSAGE.format(fault=fault)
             )
+    image = _launch_image(self, args[0] if args else kwargs.get("image_id"), kwargs)
+    if emu is not None and image is not None:
+        _root_from_image(image, kwargs)
     reservation = _orig["run_instances"](self, *args, **kwargs)
     if emu is not None:
         with emu.lock:
             emu.instances_launched.extend(i.id for i in reservation.instances)
         for instance in reservation.instances:
             _check_launch_keys(self, instance)
+            if image is not None:
+                _choose_boot_disk(emu, self, instance, image)
     return reservation
+
+
+def _launch_image(backend: Any, image_id: str | None, kwargs: dict[str, Any]) -> Any:
+    """The AMI RunInstances launches: ImageId, else the launch template's."""
+    if not image_id and kwargs.get("launch_template"):
+        image_id = backend._get_template_from_args(kwargs["launch_template"]).image_id
+    return backend.amis.get(image_id) if image_id else None
+
+
+def _root_from_image(image: Any, kwargs: dict[str, Any]) -> None:
+    """EC2 merges the AMI's mappings with the request's: a root mapping without SnapshotId (size,
+    type, encryption only) still gets the AMI's root snapshot. moto leaves the volume blank."""
+    mappings = kwargs.get("block_device_mappings")
+    ami_mappings = getattr(image, "twin_block_device_mappings", None) or []
+    ami_root = next(
+        (m for m in ami_mappings if m.get("DeviceName") == image.root_device_name), None
+    )
+    if not mappings or ami_root is None or not ami_root.get("Ebs", {}).get("SnapshotId"):
+        return
+    merged = []
+    for mapping in mappings:
+        ebs = mapping.get("Ebs") or {}
+        if mapping.get("DeviceName") == image.root_device_name and not ebs.get("SnapshotId"):
+            mapping = {**mapping, "Ebs": {**ebs, "SnapshotId": ami_root["Ebs"]["SnapshotId"]}}
+        merged.append(mapping)
+    kwargs["block_device_mappings"] = merged
+
+
+def _choose_boot_disk(emu: st.EmulatorState, backend: Any, instance: Any, image: Any) -> None:
+    """The instance looks for the root filesystem UUID of its AMI's root snapshot (boot.py); a
+    volume present at launch, made from a snapshot, other than its own root, that carries it is
+    the disk it boots from. Volumes attached later never change this."""
+    root = next(
+        (m for m in (getattr(image, "twin_block_device_mappings", None) or [])
+         if m.get("DeviceName") == image.root_device_name),
+        None,
+    )  # fmt: skip
+    root_file = emu.snapshot_files.get(((root or {}).get("Ebs") or {}).get("SnapshotId", ""))
+    wanted = boot.root_uuid(root_file) if root_file is not None else None
+    if wanted is None:
+        return
+    for device_name, mapping in sorted(instance.get_block_device_mapping):
+        volume = backend.volumes.get(mapping.volume_id)
+        path = emu.volume_files.get(mapping.volume_id)
+        if device_name == instance.root_device_name or volume is None or path is None:
+            continue
+        if not volume.snapshot_id:
+            continue  # a blank volume has no filesystem
+        for fs in boot.filesystems(path):
+            if fs.uuid == wanted:
+                instance.twin_boot_disk = BootDisk(mapping.volume_id, device_name, fs)
+                return
+
+
+@dataclass(frozen=True)
+class BootDisk:
+    """A volume the instance booted from instead of its own root: its root filesystem is
+    mounted as the instance's / (ssm_twin mounts it while a command runs)."""
+
+    volume_id: str
+    device_name: str
+    filesystem: boot.Filesystem
+
+
+def boot_disk(instance: Any) -> BootDisk | None:
+    return getattr(instance, "twin_boot_disk", None)
 
 
 # EC2 starts the instance, cannot decrypt a volume mapped at launch, and ends it: the instance

@@ -23,7 +23,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import make_server
 
 from ..iam import recorder as iam_recorder
-from . import amis_twin, consistency, ec2_twin, ssm_twin
+from . import amis_twin, boot, consistency, ec2_twin, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
 from .faults import Faults
@@ -221,6 +221,40 @@ class Emulator:
             setattr(image, _BILLING[key], value)
         return str(image.id), snapshot_ids
 
+    def transfer_image(self) -> str:
+        """The twin's Amazon Linux 2023 ("AL2023 base", boot.py): an Amazon-owned AMI whose root
+        snapshot holds a small ext4 root of boot.AL2023_ROOT_UUID, answered by the public SSM
+        parameter the launch template resolves. Built once per emulator, on first use."""
+        if self.state.transfer_image_id is not None:
+            return self.state.transfer_image_id
+        disk = boot.build_base_root(self.workdir / "al2023-base-root.img")
+        try:
+            image_id, (snapshot_id,) = self.register_ami(
+                boot.TRANSFER_AMI_NAME,
+                [(boot.ROOT_DEVICE_NAME, disk)],
+                {
+                    "Description": "Amazon Linux 2023 AMI (twin: the AL2023 base)",
+                    "Architecture": "x86_64",
+                    "RootDeviceName": boot.ROOT_DEVICE_NAME,
+                    "VirtualizationType": "hvm",
+                    "BootMode": "uefi-preferred",
+                    "EnaSupport": True,
+                    "ImdsSupport": "v2.0",
+                },
+            )
+        finally:
+            disk.unlink(missing_ok=True)
+        image = self.ec2.amis[image_id]
+        image.owner_id, image.owner_alias = boot.AMAZON_ACCOUNT, "amazon"
+        self.ec2.snapshots[snapshot_id].owner_id = boot.AMAZON_ACCOUNT
+        with self.state.lock:
+            # set-up, not something the workflow registered
+            if image_id in self.state.images_created:
+                self.state.images_created.remove(image_id)
+            self.state.transfer_image_id = image_id
+        _publish_parameter(self.account, self.region, boot.TRANSFER_AMI_PARAMETER, image_id)
+        return image_id
+
     def snapshot_file(self, snapshot_id: str) -> Path:
         return self.state.snapshot_files[snapshot_id]
 
@@ -248,6 +282,28 @@ class _TwinServer(ThreadedMotoServer):
         )
         self._server_ready_event.set()
         self._server.serve_forever()
+
+
+def _publish_parameter(account: str, region: str, name: str, value: str) -> None:
+    """A new version of a public (aws-prefixed) parameter, which PutParameter refuses to write."""
+    from moto.core.utils import utcnow
+    from moto.ssm.models import Parameter, ssm_backends
+
+    versions = ssm_backends[account][region]._parameters[name]  # loads moto's own versions first
+    versions.append(
+        Parameter(  # type: ignore[abstract]  # moto instantiates it the same way
+            account_id=account,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=(versions[-1].version + 1) if versions else 1,
+            data_type="aws:ec2:image",
+        )
+    )
 
 
 def _reset_moto() -> None:

@@ -28,7 +28,7 @@ from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
 from . import state as st
-from .ec2_twin import interrupt_spot_instance, volume_path
+from .ec2_twin import boot_disk, interrupt_spot_instance, volume_path
 
 STDOUT_LIMIT = 24_000  # StandardOutputContent is cut here by SSM
 STDERR_LIMIT = 8_000
@@ -61,6 +61,8 @@ class CommandRun:
     polls: int = 0
     process: subprocess.Popen[str] | None = None
     devices: list[str] = field(default_factory=list)
+    # the user's root filesystem, mounted as the instance's / (it booted from the user's disk)
+    root_mount: tuple[str, Path] | None = None
     instance_gone: bool = False
     thread: threading.Thread | None = None
 
@@ -169,10 +171,54 @@ def _prepare_devices(emu: st.EmulatorState, run: CommandRun, backend: Any) -> Pa
         device = emu.loops.attach(volume_path(emu, volume_id))
         run.devices.append(device)
         (by_id / (NVME_PREFIX + volume_id.replace("-", ""))).symlink_to(device)
+        booted = boot_disk(backend.get_instance(run.instance_id))
+        if booted is not None and booted.volume_id == volume_id:
+            _mount_instance_root(emu, run, device, booted)
     return by_id
 
 
+# mount options of a root filesystem mounted read-only without touching its journal/log
+_RO_OPTIONS = {"ext4": "ro,noload", "xfs": "ro,norecovery,nouuid"}
+
+
+def _mount_instance_root(emu: st.EmulatorState, run: CommandRun, device: str, booted: Any) -> None:
+    """The instance booted from this volume: its root filesystem is the instance's /, mounted
+    (here read-only, under the run's directory) for as long as the instance runs the command.
+    The partition is an offset loop device over the volume's device, as this kernel shows
+    partitions, so programs see the volume in use."""
+    fs = booted.filesystem
+    partition = emu.loops.attach(Path(device), fs.offset, fs.size, read_only=True)
+    mountpoint = run.rundir / "instance-root"
+    mountpoint.mkdir(exist_ok=True)
+    result = subprocess.run(
+        ["mount", "-t", fs.fstype, "-o", _RO_OPTIONS[fs.fstype], partition, str(mountpoint)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        emu.loops.detach(partition)
+        raise RuntimeError(f"mounting the instance's root {partition}: {result.stderr.strip()}")
+    run.root_mount = (partition, mountpoint)
+
+
+def _unmount_instance_root(emu: st.EmulatorState, run: CommandRun) -> None:
+    if run.root_mount is None:
+        return
+    partition, mountpoint = run.root_mount
+    for attempt in range(20):
+        result = subprocess.run(["umount", str(mountpoint)], capture_output=True, text=True)
+        if result.returncode == 0 or "not mounted" in result.stderr:
+            break
+        time.sleep(0.05 * (attempt + 1))
+    else:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+    with contextlib.suppress(RuntimeError, ValueError):
+        emu.loops.detach(partition)
+    run.root_mount = None
+
+
 def _release_devices(emu: st.EmulatorState, run: CommandRun) -> None:
+    _unmount_instance_root(emu, run)
     emu.loops.release_stacked(run.devices)
     for device in run.devices:
         # On failure detach_all at shutdown tries again and reports what stays attached.

@@ -53,6 +53,8 @@ class EmulatorState:
     snapshot_in_use_served: int = 0
     # injection.py: Task state -> throttling errors served to requests sent from that state
     throttled_served: dict[str, int] = field(default_factory=dict)
+    # boot.py: the twin's AL2023 transfer AMI, registered on first use
+    transfer_image_id: str | None = None
     # injection.py: instances terminated by a `lost@STATE` fault
     lost_instances: list[str] = field(default_factory=list)
 
