@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-
 from compactor.errors import InvalidInput, TransientAwsError
 from compactor.observability import task_handler
 

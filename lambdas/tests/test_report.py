@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from compactor import aws
+from compactor.errors import TransientAwsError
 from compactor.handlers import report
 from compactor.report import events
 from compactor.report.build import phase_seconds
@@ -212,9 +213,15 @@ def test_event_without_an_id_fails_the_task(world: World) -> None:
         report.handler(success_state(world), world.context)
 
 
-def test_put_events_error_fails_the_task(world: World) -> None:
+def test_put_events_throttled_fails_the_task_with_a_retryable_error(world: World) -> None:
     respond(aws.events(), "PutEvents", lambda _: error_response("ThrottlingException"))
-    with pytest.raises(ClientError, match="ThrottlingException"):
+    with pytest.raises(TransientAwsError, match="PutEvents answered ThrottlingException"):
+        report.handler(success_state(world), world.context)
+
+
+def test_put_events_refused_fails_the_task(world: World) -> None:
+    respond(aws.events(), "PutEvents", lambda _: error_response("AccessDeniedException"))
+    with pytest.raises(ClientError, match="AccessDeniedException"):
         report.handler(success_state(world), world.context)
 
 

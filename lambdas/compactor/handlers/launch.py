@@ -1,4 +1,5 @@
-"""Task 2: launch the transfer instance with the source and target volumes attached."""
+"""Task 2: launch the transfer instance with its root and blank target volumes (the source
+volumes are created and attached after it is online: attach_volumes)."""
 
 from typing import cast
 
