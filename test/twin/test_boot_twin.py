@@ -62,8 +62,17 @@ def golden_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def emulator(tmp_path: Path, root_only: None) -> Iterator[Emulator]:
     with Emulator(tmp_path / "emu", Faults()) as emu:
         yield emu
-        assert emu.state.loops.attached == {}
+        assert _released(emu) == {}
     assert not _mounts_under(tmp_path)
+
+
+def _released(emu: Emulator) -> dict[str, Path]:
+    """The loop devices still attached once the run's thread has let them go (it reports the
+    end before it releases them)."""
+    deadline = time.monotonic() + 10
+    while emu.state.loops.attached and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return dict(emu.state.loops.attached)
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -151,7 +160,7 @@ def test_source_mapped_at_launch_is_booted_and_sparsecopy_refuses_it(
     inv = _wait_invocation(ssm, _send(ssm, instance_id, volumes["/dev/sdf"]), instance_id)
     assert inv["Status"] == "Failed"
     assert "is mounted" in inv["StandardOutputContent"] + inv["StandardErrorContent"], inv
-    assert emulator.state.loops.attached == {}
+    assert _released(emulator) == {}
     # its own blank target is not in use
     inv = _wait_invocation(ssm, _send(ssm, instance_id, volumes["/dev/sdp"]), instance_id)
     assert inv["Status"] == "Success", inv["StandardErrorContent"]
@@ -169,7 +178,7 @@ def test_source_attached_after_boot_is_usable(emulator: Emulator, golden_root: P
     inv = _wait_invocation(ssm, _send(ssm, instance_id, volume_id), instance_id)
     assert inv["Status"] == "Success", inv["StandardOutputContent"] + inv["StandardErrorContent"]
     assert inv["StandardOutputContent"].strip().startswith("/dev/loop")
-    assert emulator.state.loops.attached == {}
+    assert _released(emulator) == {}
 
 
 def test_a_stock_ami_boots_its_own_root(emulator: Emulator, golden_root: Path) -> None:
@@ -194,4 +203,48 @@ def test_the_user_root_is_unmounted_when_the_instance_is_lost(
         time.sleep(0.05)
     ec2.terminate_instances(InstanceIds=[instance_id])
     assert not _mounts_under(tmp_path)
-    assert emulator.state.loops.attached == {}
+    assert _released(emulator) == {}
+
+
+def test_the_old_launch_of_the_demo_ami_through_the_stack_template_boots_the_users_disk(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """The bug of item 1 as the twin now shows it: the synthesized stack's launch template (its
+    resolve:ssm: AL2023 image) and the demo's source AMI (make demo INPUT=ami), launched the old
+    way (source snapshots mapped at launch): the instance boots from the source root, and the real
+    sparsecopy refuses it, which the document reported as CompactionFailed."""
+    import os
+
+    from twin.deploy import deploy
+    from twin.scenario import Options, _register
+
+    given = os.environ.get("TWIN_CDK_OUT")
+    if not given:
+        pytest.skip("needs a synthesized stack: TWIN_CDK_OUT (make test-twin sets it)")
+    d = deploy(emulator, Path(given))
+    ((template_id),) = [v for v in d.physical.values() if str(v).startswith("lt-")]
+    source = _register(emulator, Options(input="ami"), tmp_path / "work")
+    ec2, ssm = emulator.boto3_client("ec2"), emulator.boto3_client("ssm")
+    assert emulator.state.transfer_image_id is not None
+    old_mappings = [
+        {"DeviceName": f"/dev/sd{letter}", "Ebs": {"SnapshotId": sid, "DeleteOnTermination": True}}
+        for letter, sid in zip("fg", source.snapshot_ids, strict=True)
+    ] + [
+        {"DeviceName": f"/dev/sd{letter}", "Ebs": {"VolumeSize": 1, "DeleteOnTermination": True}}
+        for letter in "pq"
+    ]
+    instance_id = ec2.run_instances(
+        LaunchTemplate={"LaunchTemplateId": template_id},
+        MinCount=1,
+        MaxCount=1,
+        BlockDeviceMappings=old_mappings,
+    )["Instances"][0]["InstanceId"]
+    (described,) = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"]
+    assert described["ImageId"] == emulator.state.transfer_image_id
+    volumes = _volumes(ec2, instance_id)
+    booted = emulator.ec2.get_instance(instance_id).twin_boot_disk
+    assert booted.volume_id == volumes["/dev/sdf"]  # the source AMI's root
+    inv = _wait_invocation(ssm, _send(ssm, instance_id, volumes["/dev/sdf"]), instance_id)
+    assert inv["Status"] == "Failed"
+    assert "is mounted" in inv["StandardOutputContent"] + inv["StandardErrorContent"], inv
+    ec2.terminate_instances(InstanceIds=[instance_id])
