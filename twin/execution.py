@@ -20,6 +20,9 @@ from .emulator.server import Emulator
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "twin" / "runner" / "run.mjs"
 WORKER = REPO / "twin" / "runner" / "lambda_worker.py"
+# A Wait of N seconds in AWS lasts N x this many ms in the twin (at least wait_ms): poll bounds
+# sized for AWS time keep their proportion to copies that take real seconds here (run.mjs).
+MS_PER_AWS_SECOND = 10
 
 
 @dataclass
@@ -122,6 +125,7 @@ def execute(
     env_overrides: dict[str, str] | None = None,
     throttled_calls_per_function: int = 0,
     wait_ms: int = 100,
+    ms_per_aws_second: int = MS_PER_AWS_SECOND,
     retry_ms: int = 100,
     timeout_seconds: int = 900,
     fault: StateFault | None = None,
@@ -167,6 +171,7 @@ def execute(
         "worker": str(WORKER),
         "logDir": str(logdir),
         "waitMs": wait_ms,
+        "msPerAwsSecond": ms_per_aws_second,
         "retryMs": retry_ms,
         "throttledCallsPerFunction": throttled_calls_per_function,
         "fault": fault.to_job() if fault is not None else None,

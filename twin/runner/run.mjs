@@ -3,7 +3,7 @@
 //
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
-//       python, worker, logDir, waitMs, retryMs, throttledCallsPerFunction,
+//       python, worker, logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
 //       fault: null | {kind: error|throttle|abort|lost, state: <Task state>}, emulatorEndpoint}
 // RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
 //          workflowReport, fault: {kind, state, applied: bool, detail}}
@@ -246,6 +246,7 @@ function taskHandler(stateName, arn, unwrapPayload) {
       record.error = msg.errorType;
       throw new LambdaFunctionError(msg);
     }
+    rememberResult(stateName, msg.result);
     // The report task's result is the workflow's own account of the run, also on failure paths.
     if (fn.handler.endsWith('.report.handler')) workflowReport = msg.result;
     if (!unwrapPayload) return msg.result;
@@ -257,6 +258,34 @@ function taskHandler(stateName, arn, unwrapPayload) {
       SdkResponseMetadata: { RequestId: msg.requestId },
     };
   };
+}
+
+// Time in the twin: a Wait of N seconds in AWS lasts N x msPerAwsSecond ms here (at least waitMs),
+// so poll loops keep their proportions: a bound the plan sized for AWS seconds still covers a copy
+// that takes real seconds on this machine. A Wait whose seconds come from the state (SecondsPath)
+// reads them from the task results the run has seen so far, kept by their ResultPath.
+const taskResults = {};
+
+function rememberResult(stateName, result) {
+  const path = settling[stateName]?.ResultPath;
+  if (typeof path !== 'string' || !path.startsWith('$.')) return;
+  const keys = path.slice(2).split('.');
+  let node = taskResults;
+  for (const key of keys.slice(0, -1)) node = node[key] ??= {};
+  node[keys[keys.length - 1]] = result;
+}
+
+function secondsAt(path) {
+  if (typeof path !== 'string' || !path.startsWith('$.')) return undefined;
+  let node = taskResults;
+  for (const key of path.slice(2).split('.')) node = node?.[key];
+  return typeof node === 'number' ? node : undefined;
+}
+
+function waitMs(state) {
+  const seconds = typeof state.Seconds === 'number' ? state.Seconds : secondsAt(state.SecondsPath);
+  if (seconds === undefined) return job.waitMs;
+  return Math.max(job.waitMs, Math.round(seconds * (job.msPerAwsSecond ?? 0)));
 }
 
 /** Every state of a definition, including those inside Map and Parallel states. */
@@ -283,7 +312,9 @@ for (const [name, state] of allStates(job.definition)) {
       throw new Error(`Task ${name} uses ${state.Resource}; the twin runs Lambda tasks only`);
     }
   }
-  if (state.Type === 'Wait') waitTimeOverrides[name] = job.waitMs;
+  if (state.Type === 'Wait') {
+    Object.defineProperty(waitTimeOverrides, name, { get: () => waitMs(state), enumerable: true });
+  }
   if (state.Retry) retryIntervalOverrides[name] = job.retryMs;
 }
 
