@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ZONES = ("a", "b", "c", "d", "e", "f")
+STATE_MACHINE = "AWS::StepFunctions::StateMachine"
 
 
 class TemplateError(Exception):
@@ -124,6 +125,9 @@ class Resolver:
     def get_att(self, name: str, attr: str) -> Any:
         if attr == "Arn" and name in self.d.arns:
             return self.d.arns[name]
+        if attr == "Name" and self.resources.get(name, {}).get("Type") == STATE_MACHINE:
+            # Ref of a state machine is its ARN; GetAtt Name is the last part of it
+            return self.d.arns[name].rsplit(":", 1)[-1]
         if name in self.d.physical and attr in ("GroupId", "LogGroupName", "Name"):
             return self.d.physical[name]
         resource = self.resources.get(name)

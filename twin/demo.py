@@ -88,6 +88,14 @@ def summary(report: dict[str, Any]) -> str:
             else ""
         ),
     ]
+    booted = [i["bootedFrom"] for i in report.get("transfer_instances", [])]
+    if booted:
+        lines.append(f"  booted from      {', '.join(booted)}")
+    lines.append(
+        f"  IAM              {len(report.get('iam_denials', []))} of the Lambdas' calls denied "
+        "by the synthesized roles"
+        + (f": {report['iam_denials'][:3]}" if report.get("iam_denials") else "")
+    )
     if report["state_durations"]:
         lines.append(f"  time per state   {_per_state(report['state_durations'])}")
     if report.get("phase_seconds"):

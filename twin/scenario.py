@@ -19,11 +19,12 @@ from typing import Any
 
 from moto.stepfunctions.models import stepfunctions_backends
 
-from . import disks
+from . import bad_inputs, disks
 from .cfn import Deployment
 from .deploy import deploy
 from .emulator import boot
 from .emulator.blockstore import EBS_BLOCK, written_chunks
+from .emulator.ec2_twin import boot_disk
 from .emulator.faults import FAULTS, FaultError, Faults, StateFault, parse
 from .emulator.server import Emulator
 from .eventbridge import deliveries, status_change_event
@@ -336,23 +337,10 @@ def _start_tag(ctx: Context) -> ExecutionResult:
 
 
 def _bad_input_cases(ctx: Context) -> list[tuple[str, Any, str]]:
-    """(case, execution input, the error the workflow must fail with)."""
-    try:
-        from . import bad_inputs  # type: ignore[attr-defined]
-    except ImportError:
-        bad_inputs = None
+    """(case, execution input, the error the workflow must fail with): twin/bad_inputs.py."""
     source = ctx.source
     assert source is not None
-    if bad_inputs is not None and hasattr(bad_inputs, "cases"):
-        return list(bad_inputs.cases(ctx.emu, source.disks[0].path))
-    pending = ctx.emu.register_snapshot(
-        source.disks[0].path, "twin demo: still being taken", state="pending"
-    )
-    return [
-        ("unknown-snapshot", {"snapshotId": "snap-0123456789abcdef0"}, "SnapshotNotFound"),
-        ("snapshot-not-completed", {"snapshotId": pending}, "SnapshotNotCompleted"),
-        ("malformed-input", {"snapshotId": source.snapshot_ids[0], "jobz": 4}, "InvalidInput"),
-    ]
+    return bad_inputs.cases(ctx.emu, source.disks[0].path)
 
 
 def _start_bad_inputs(ctx: Context) -> list[dict[str, Any]]:
@@ -692,6 +680,7 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
         "bad_input_cases": cases,
         "workflow_report": primary.workflow_report if primary else None,
         "notes": ctx.notes,
+        "transfer_instances": _transfer_instances(emu),
         # every call the Lambdas made, checked against the synthesized roles (conditions included)
         "iam_denials": [str(denial) for denial in check_calls(emu.calls_path, ctx.d)],
         "twin_seconds": round(time.monotonic() - started, 1),
@@ -706,6 +695,22 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
     report["picture"] = str(picture)
     (opts.out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _transfer_instances(emu: Emulator) -> list[dict[str, Any]]:
+    """Which disk each transfer instance booted from (emulator/boot.py): its own root, or a
+    volume present at launch that carries its AMI's root filesystem UUID."""
+    out = []
+    for reservation in emu.ec2.all_reservations():
+        for instance in reservation.instances:
+            disk = boot_disk(instance)
+            out.append(
+                {
+                    "instanceId": instance.id,
+                    "bootedFrom": "own root volume" if disk is None else disk.volume_id,
+                }
+            )
+    return out
 
 
 def _fault_applied(ctx: Context, result: ExecutionResult | None) -> dict[str, Any] | None:

@@ -50,7 +50,8 @@ class Emulator:
         self.state = st.EmulatorState(workdir=workdir, faults=faults or Faults())
         self._server: ThreadedMotoServer | None = None
         self.endpoint = ""
-        # The Lambdas' AWS calls with their IAM contexts (twin/iam); beside workdir, which stop() deletes.
+        # The Lambdas' AWS calls with their IAM contexts (twin/iam); beside workdir, which stop()
+        # deletes.
         self.calls_path = workdir.parent / f"{workdir.name}-iam-calls.jsonl"
 
     # --- lifecycle ---------------------------------------------------------------------------

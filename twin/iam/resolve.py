@@ -483,7 +483,7 @@ def _describe_key(p: dict[str, Any], s: State) -> list[Context]:
 
 @resolver("states:StartExecution")
 def _start_execution(p: dict[str, Any], s: State) -> list[Context]:
-    return [_ctx("states:StartExecution", "stateMachine", p["stateMachineArn"], s, {})]
+    return [_ctx("states:StartExecution", "statemachine", p["stateMachineArn"], s, {})]
 
 
 def _execution_for(action: str) -> Resolver:

@@ -62,8 +62,9 @@ def _error(exc: BaseException) -> dict[str, Any]:
 
 
 def _mark_aws_calls(function_name: str) -> None:
-    """Every AWS request of this worker carries X-Twin-Caller: the emulator records (and the IAM check
-    judges) only the Lambdas' calls, not the twin's own set-up and inspection (twin/iam/recorder.py)."""
+    """Every AWS request of this worker carries X-Twin-Caller: the emulator records (and the IAM
+    check judges) only the Lambdas' calls, not the twin's own set-up and inspection
+    (twin/iam/recorder.py)."""
     import boto3
 
     def add_header(request: Any, **_: Any) -> None:
