@@ -4,9 +4,7 @@ role, and removing one grant makes the check report the calls that needed it (tw
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +16,6 @@ from twin.iam import resolve
 from twin.iam.recorder import parse
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices, mounts)")
-    given = os.environ.get("TWIN_CDK_OUT")
-    if given:
-        return Path(given)
-    out = tmp_path_factory.mktemp("synth") / "cdk.out"
-    subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "-o", str(out)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-    )
-    return out
 
 
 @pytest.fixture(scope="module")

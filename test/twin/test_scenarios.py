@@ -7,7 +7,6 @@ Each scenario synthesizes nothing itself: it runs against the cloud assembly in 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,21 +30,6 @@ HAPPY_HANDLERS = [
     "teardown",
     "report",
 ]
-
-
-@pytest.fixture(scope="session")
-def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices, mounts)")
-    given = os.environ.get("TWIN_CDK_OUT")
-    if given:
-        return Path(given)
-    out = tmp_path_factory.mktemp("synth") / "cdk.out"
-    subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "-o", str(out)],
-        cwd=REPO, check=True, capture_output=True,
-    )  # fmt: skip
-    return out
 
 
 def scenario(cdk_out: Path, tmp_path: Path, **options: Any) -> dict[str, Any]:

@@ -9,8 +9,6 @@ abort@Launch transfer instance, throttle@Check instance and lost@Check compactio
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,21 +37,6 @@ REPRESENTATIVE = [
     "lost@Create snapshots",
     "lost@Check snapshots",
 ]
-
-
-@pytest.fixture(scope="module")
-def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices, mounts)")
-    given = os.environ.get("TWIN_CDK_OUT")
-    if given:
-        return Path(given)
-    out = tmp_path_factory.mktemp("synth") / "cdk.out"
-    subprocess.run(
-        ["npx", "cdk", "synth", "--quiet", "-o", str(out)],
-        cwd=REPO, check=True, capture_output=True,
-    )  # fmt: skip
-    return out
 
 
 def test_plan_covers_every_task_state_and_kind(cdk_out: Path) -> None:
