@@ -86,8 +86,11 @@ def plan(
         # the new snapshots have the sizes of the source volumes
         fast_snapshot_restore.check_sizes({v["sourceSnapshotId"]: v["sizeGiB"] for v in volumes})
         fast_snapshot_restore.check_limit(len(volumes))
-    size = sizing.plan(bytes_to_copy, request.verify, config)
-    _check_restore_expiry(sources, size.budget_seconds)
+    # while a source is pending its whole volume counts, an upper bound: the size refusals wait
+    # for the plan of completed sources, which counts what they hold
+    size = sizing.plan(bytes_to_copy, request.verify, config, refuse=not pending)
+    if not pending:
+        _check_restore_expiry(sources, size.budget_seconds)
     return {
         "executionName": execution_name,
         "source": source,

@@ -112,7 +112,9 @@ def poll(budget: int, config: Config) -> CompactionPoll:
     return {"intervalSeconds": interval, "maxAttempts": max(1, math.ceil(budget / interval))}
 
 
-def plan(bytes_to_copy: int, verify: bool, config: Config) -> Sizing:
+def plan(bytes_to_copy: int, verify: bool, config: Config, refuse: bool = True) -> Sizing:
+    """Instance types and compaction bound for the job; JobTooLarge when it cannot fit, unless
+    refuse is false (a plan of pending sources, whose bytes are only an upper bound)."""
     if config.instance_types:
         # the user's setting wins; its rate is that of its slowest type (unknown: the slowest
         # type of the table, as conservative as it gets without DescribeInstanceTypes)
@@ -124,7 +126,7 @@ def plan(bytes_to_copy: int, verify: bool, config: Config) -> Sizing:
         baseline = size.baseline_mbps(config.architecture)
     budget = budget_seconds(bytes_to_copy, copy_rate(baseline, config), verify)
     available = config.state_machine_timeout_minutes * 60 - OTHER_PHASES_SECONDS
-    if budget > min(available, DOCUMENT_TIMEOUT_SECONDS):
+    if refuse and budget > min(available, DOCUMENT_TIMEOUT_SECONDS):
         if budget > DOCUMENT_TIMEOUT_SECONDS:
             bound = f"the Command document's timeout of {DOCUMENT_TIMEOUT_SECONDS / 3600:.0f} h"
             fix = ""

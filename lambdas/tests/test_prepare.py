@@ -192,6 +192,22 @@ def test_pending_snapshot_gives_a_plan_that_is_not_ready(world: World) -> None:
     assert plan["instanceTypes"] and plan["compactionPoll"]["maxAttempts"] >= 1
 
 
+def test_pending_snapshot_of_a_big_mostly_empty_volume_is_not_refused_as_too_large(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While pending, the whole 1000 GiB volume counts and would not fit 3 h; the completed
+    snapshot holds 1 GiB and does: only the final plan may refuse."""
+    monkeypatch.setenv("STATE_MACHINE_TIMEOUT_MINUTES", "180")
+    snapshot_id = world.snapshot(size=1000)
+    snapshot_state(State="pending")
+    assert run(world, {"snapshotId": snapshot_id})["sourcesReady"] is False
+    snapshot_state(State="completed", FullSnapshotSizeInBytes=1024**3)
+    assert run(world, {"snapshotId": snapshot_id})["sourcesReady"] is True
+    snapshot_state(State="completed", FullSnapshotSizeInBytes=1000 * 1024**3)
+    with pytest.raises(errors.JobTooLarge):
+        run(world, {"snapshotId": snapshot_id})
+
+
 def test_pending_snapshot_is_still_validated(world: World) -> None:
     snapshot_id = world.snapshot(size=1025)
     snapshot_state(State="pending")
