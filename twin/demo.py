@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", default=os.environ.get("INPUT") or "snapshot")
     parser.add_argument("--trigger", default=os.environ.get("TRIGGER") or "api")
     parser.add_argument("--fault", default=os.environ.get("FAULT") or None,
-                        help=f"KIND@STATE (KIND: {', '.join(KINDS)}) or one of: "
+                        help=f"KIND@STATE[+KIND@STATE...] (KIND: {', '.join(KINDS)}) or one of: "
                         + ", ".join(FAULTS))  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")

@@ -38,8 +38,10 @@ class ExecutionResult:
     workflow_report: Any = None
     states_visited: list[str] = field(default_factory=list)
     state_seconds: list[dict[str, Any]] = field(default_factory=list)
-    # the fault of this run, if any: {kind, state, applied, detail}
+    # the fault of this run when it has exactly one: {kind, state, applied, detail}
     fault: dict[str, Any] | None = None
+    # every KIND@STATE fault of this run (FAULT=A+B): [{kind, state, applied, detail}, ...]
+    faults: list[dict[str, Any]] = field(default_factory=list)
     execution_arn: str = ""
     state_machine_arn: str = ""
 
@@ -130,8 +132,10 @@ def execute(
     timeout_seconds: int = 900,
     fault: StateFault | None = None,
     machine: Machine | None = None,
+    faults: list[StateFault] | None = None,
 ) -> ExecutionResult:
-    """Run one execution to its end. `machine` defaults to the deployment's state machine."""
+    """Run one execution to its end. `machine` defaults to the deployment's state machine.
+    `faults` (each fires once, at the first call in its state) or `fault` (one of them)."""
     if machine is None:
         machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
                           deployment.definition)  # fmt: skip
@@ -174,7 +178,7 @@ def execute(
         "msPerAwsSecond": ms_per_aws_second,
         "retryMs": retry_ms,
         "throttledCallsPerFunction": throttled_calls_per_function,
-        "fault": fault.to_job() if fault is not None else None,
+        "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],
         "emulatorEndpoint": emu.endpoint,
     }
     job_path, result_path = logdir / f"{name}.job.json", logdir / f"{name}.result.json"
@@ -206,6 +210,7 @@ def execute(
         states_visited=[e["state"] for e in events if e["type"] == "StateEntered"],
         state_seconds=_durations(events),
         fault=raw.get("fault"),
+        faults=raw.get("faults") or [],
         execution_arn=execution_arn,
         state_machine_arn=machine.arn,
     )

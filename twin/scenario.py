@@ -25,7 +25,7 @@ from .deploy import deploy
 from .emulator import boot
 from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.ec2_twin import boot_disk
-from .emulator.faults import FAULTS, FaultError, Faults, StateFault, parse
+from .emulator.faults import FAULTS, FaultError, FaultList, Faults, StateFault, parse, state_faults
 from .emulator.server import Emulator
 from .eventbridge import deliveries, status_change_event
 from .execution import ExecutionResult, Machine, execute, invoke_function, main_machine
@@ -96,7 +96,7 @@ class Context:
     d: Deployment
     machines: dict[str, Machine]
     main: Machine
-    fault: StateFault | str | None
+    fault: StateFault | FaultList | str | None
     work: Path
     logdir: Path
     source: Source | None = None
@@ -106,15 +106,16 @@ class Context:
     trigger: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def state_fault(self) -> StateFault | None:
-        return self.fault if isinstance(self.fault, StateFault) else None
+    def state_faults(self) -> list[StateFault]:
+        """The KIND@STATE faults of this run (FAULT=A+B gives several)."""
+        return state_faults(self.fault)
 
 
 def _execution_name() -> str:
     return f"twin-{uuid.uuid4().hex[:12]}"
 
 
-def fault_label(fault: StateFault | str | None) -> str:
+def fault_label(fault: StateFault | FaultList | str | None) -> str:
     return "none" if fault is None else str(fault)
 
 
@@ -167,13 +168,13 @@ def _fingerprints(emu: Emulator, source: Source) -> dict[str, str | None]:
     return out
 
 
-def _setup(emu: Emulator, opts: Options, fault: StateFault | str | None, work: Path,
+def _setup(emu: Emulator, opts: Options, fault: StateFault | FaultList | str | None, work: Path,
            logdir: Path) -> Context:  # fmt: skip
     emu.state.command_log_dir = logdir / "commands"
     d = deploy(emu, opts.cdk_out)
     machines = template_state_machines(d, opts.cdk_out)
     main = main_machine(d, machines)
-    if isinstance(fault, StateFault):
+    if isinstance(fault, StateFault | FaultList):
         parse(str(fault), main.task_states())  # raises FaultError naming the Task states
     ctx = Context(emu, opts, d, machines, main, fault, work, logdir)
     if fault == "no-capacity":
@@ -208,7 +209,7 @@ def _run(ctx: Context, execution_input: Any, name: str | None = None,
     result = execute(
         ctx.emu, ctx.d, execution_input, name or _execution_name(), ctx.logdir,
         env_overrides=ctx.env_overrides, throttled_calls_per_function=ctx.throttled,
-        wait_ms=ctx.opts.wait_ms, fault=ctx.state_fault if fault else None, machine=machine,
+        wait_ms=ctx.opts.wait_ms, faults=ctx.state_faults if fault else None, machine=machine,
     )  # fmt: skip
     _record_in_moto(ctx, result)
     return result
@@ -629,6 +630,7 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
         },
         "fault": fault_label(ctx.fault),
         "fault_applied": _fault_applied(ctx, primary),
+        "faults_applied": _faults_applied(ctx, primary),
         "execution_name": primary.name if primary else None,
         "execution_input": primary.input if primary else None,
         "execution_status": primary.status if primary else _cases_status(cases),
@@ -713,13 +715,34 @@ def _transfer_instances(emu: Emulator) -> list[dict[str, Any]]:
     return out
 
 
+def _faults_applied(ctx: Context, result: ExecutionResult | None) -> list[dict[str, Any]]:
+    """Per KIND@STATE fault of the run: [{fault, applied, detail}], in the order given."""
+    out = []
+    for applied in result.faults if result is not None else []:
+        fault = StateFault(applied["kind"], applied["state"])
+        detail = applied.get("detail")
+        if fault.kind == "throttle" and applied.get("applied"):
+            served = ctx.emu.state.throttled_served.get(fault.state, 0)
+            detail = f"{served} AWS requests of this state answered with throttling errors"
+        out.append({"fault": str(fault), "applied": bool(applied.get("applied")), "detail": detail})
+    return out
+
+
 def _fault_applied(ctx: Context, result: ExecutionResult | None) -> dict[str, Any] | None:
-    applied = dict(result.fault) if result is not None and result.fault else None
-    fault = ctx.state_fault
-    if applied is not None and fault is not None and fault.kind == "throttle":
-        served = ctx.emu.state.throttled_served.get(fault.state, 0)
-        applied["detail"] = f"{served} AWS requests of this state answered with throttling errors"
-    return applied
+    """The single-fault shape: {kind, state, applied, detail} for one fault; for several,
+    {fault, applied (all of them), detail (each one's)}; None without a KIND@STATE fault."""
+    each = _faults_applied(ctx, result)
+    if not each:
+        return None
+    if len(each) == 1:
+        kind, _, state = each[0]["fault"].partition("@")
+        return {"kind": kind, "state": state, "applied": each[0]["applied"],
+                "detail": each[0]["detail"]}  # fmt: skip
+    return {
+        "fault": "+".join(f["fault"] for f in each),
+        "applied": all(f["applied"] for f in each),
+        "detail": "; ".join(f"{f['fault']}: {f['detail'] or 'never reached'}" for f in each),
+    }
 
 
 def _handlers_called(d: Deployment, result: ExecutionResult) -> list[str]:

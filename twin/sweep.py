@@ -8,6 +8,10 @@ usage: python -m twin.sweep --cdk-out DIR [--out out/sweep] [--states A,B] [--ki
 
 Cases run in subprocesses (moto's backends are process-wide), `--workers` at a time. Writes
 OUT/results.json (one row per case) and, with --doc, the Markdown table.
+
+A Task state on a recovery path (only entered after a Catch) is never reached by one fault: its
+cases run with an "opener" fault first (FAULT=OPENER+KIND@STATE) that leads the run onto that
+path; see RECOVERY_OPENERS and openers().
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Handlers whose Task states only run for an AMI input (the sweep runs those with INPUT=ami).
 AMI_ONLY_HANDLERS = ("register_image", "enable_fast_snapshot_restore")
 ROW_KEYS = (
-    "state", "kind", "input", "execution_status", "error", "outcome", "fault_applied",
+    "state", "kind", "opener", "input", "execution_status", "error", "outcome", "fault_applied",
     "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
     "new_snapshot_ids_existing", "new_image_id", "new_image_existing",
     "source_snapshot_unchanged", "delivered", "cleanup", "iam_denials", "holds", "seconds",
@@ -68,6 +72,79 @@ def _reachable(states: dict[str, Any], start: Iterable[str]) -> set[str]:
     return seen
 
 
+# The recovery paths of the main definition, keyed by the state a Catch routes to (the path's
+# entry), and the fault that leads a run onto each one. Which Task states lie on each path is
+# derived from the definition (openers()); the entries and the openers are checked against it,
+# so a renamed state or a changed Catch fails the sweep's plan instead of silently not applying.
+# - relaunch: Check compaction catches InstanceLost (the transfer instance was lost mid-copy);
+# - warnings: Report catches every error after delivery (the outputs exist, report degrades);
+# - failure: Check compaction catches every other error before delivery.
+RECOVERY_OPENERS = {
+    "Instance lost: teardown phase": "lost@Check compaction",
+    "Delivered with warnings": "error@Report",
+    "Failure": "error@Check compaction",
+}
+
+
+def openers(machine: Machine) -> dict[str, str]:
+    """Task state -> the opener fault of the recovery path it lies on, for every Task state a run
+    with no error never enters: the states reachable from StartAt without Catch routes and
+    without entering a recovery path are the main path; the others are on the path whose entry
+    reaches them (without entering another path). Raises SystemExit when the table no longer
+    fits the definition or a Task state is on no known path."""
+    states = machine.definition.get("States", {})
+    tasks = [n for n in machine.task_states() if n in states]
+    problems = []
+    for entry, opener in RECOVERY_OPENERS.items():
+        kind, _, at = opener.partition("@")
+        if entry not in states:
+            problems.append(f"recovery entry {entry!r} is not a state of the definition")
+            continue
+        if at not in tasks:
+            problems.append(f"opener {opener}: {at!r} is not a Task state")
+            continue
+        wanted = {"lost": "InstanceLost", "error": "States.ALL"}[kind]
+        catches = [c for c in states[at].get("Catch", []) if c.get("Next") == entry]
+        if not any(wanted in c.get("ErrorEquals", []) for c in catches):
+            problems.append(f"opener {opener}: {at!r} has no Catch of {wanted} to {entry!r}")
+    if problems:
+        raise SystemExit(
+            "sweep: RECOVERY_OPENERS no longer fits the definition: " + "; ".join(problems)
+        )
+
+    def plain(name: str) -> list[str]:
+        return [e for e in _edges_without_catch(states[name]) if e not in RECOVERY_OPENERS]
+
+    def reach(start: list[str]) -> set[str]:
+        seen: set[str] = set()
+        todo = list(start)
+        while todo:
+            name = todo.pop()
+            if name not in seen and name in states:
+                seen.add(name)
+                todo += plain(name)
+        return seen
+
+    main = reach([machine.definition["StartAt"]])
+    out: dict[str, str] = {}
+    for entry, opener in RECOVERY_OPENERS.items():
+        for name in reach([entry]):
+            if name in tasks and name not in main:
+                out.setdefault(name, opener)
+    orphans = [n for n in tasks if n not in main and n not in out]
+    if orphans:
+        raise SystemExit(
+            f"sweep: Task states {orphans} are only entered through a recovery path that "
+            "RECOVERY_OPENERS has no opener for; add its entry (the Catch target) there"
+        )
+    return out
+
+
+def _edges_without_catch(state: dict[str, Any]) -> list[str]:
+    out = [state[k] for k in ("Next", "Default") if state.get(k)]
+    return out + [c["Next"] for c in state.get("Choices", []) if c.get("Next")]
+
+
 def instance_states(d: Deployment, machine: Machine) -> list[str]:
     """Task states where a transfer instance can exist: after a launch Task and before a
     teardown Task on some path (exclusive), found from the definition's graph."""
@@ -86,7 +163,8 @@ def instance_states(d: Deployment, machine: Machine) -> list[str]:
 
 
 def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> list[dict[str, str]]:
-    """The cases: (state, kind, input) for every Task state x every applicable kind."""
+    """The cases: (state, kind, opener, input) for every Task state x every applicable kind;
+    opener is "" for a state on the main path."""
     with (
         tempfile.TemporaryDirectory(prefix="twin-sweep-plan-") as work,
         Emulator(Path(work) / "emulator") as emu,
@@ -95,6 +173,7 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
         main = main_machine(d, state_machines(d, cdk_out))
         tasks = main.task_states()
         with_instance = set(instance_states(d, main))
+        opener_of = openers(main)
         handlers = {n: _handler_of(d, main.definition["States"].get(n, {})) for n in tasks}
     unknown = sorted(set(states or []) - set(tasks))
     if unknown:
@@ -112,20 +191,24 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
             if kind == "lost" and state not in with_instance:
                 continue
             ami = handlers.get(state) in AMI_ONLY_HANDLERS
-            cases.append({"state": state, "kind": kind, "input": "ami" if ami else "snapshot"})
+            cases.append({"state": state, "kind": kind, "opener": opener_of.get(state, ""),
+                          "input": "ami" if ami else "snapshot"})  # fmt: skip
     return cases
 
 
 def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -> dict[str, Any]:
     """One case in its own process (moto is process-wide); returns its row."""
     slug = f"{case['kind']}-{case['state']}".replace(" ", "_").replace("/", "_")
+    fault = f"{case['kind']}@{case['state']}"
+    if case.get("opener"):
+        fault = f"{case['opener']}+{fault}"
     case_out = out / "cases" / slug
     started = time.monotonic()
     proc = subprocess.run(
         [
             sys.executable, "-m", "twin.sweep", "--one", "--cdk-out", str(cdk_out),
             "--out", str(case_out), "--fs", fs, "--input", case["input"],
-            "--fault", f"{case['kind']}@{case['state']}",
+            "--fault", fault,
         ],
         cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
@@ -140,8 +223,10 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -
     applied = report.get("fault_applied") or {}
     row = {k: report.get(k) for k in ROW_KEYS if k in report}
     row.update(case)
+    # applied: every fault of the case (the opener too) fired; per fault in faults_applied
     row["fault_applied"] = bool(applied.get("applied"))
     row["fault_detail"] = applied.get("detail")
+    row["faults_applied"] = report.get("faults_applied") or []
     row["seconds"] = seconds
     return row
 
@@ -173,15 +258,17 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         "unchanged, once delivered every new snapshot (and the AMI) still exists, and every AWS",
         "call the Lambdas made is allowed by the synthesized roles (twin/iam).",
         "`applied`: whether the execution reached the state (a fault at a state the run never",
-        "enters changes nothing).",
+        "enters changes nothing). A state on a recovery path runs with an `opener` fault first",
+        "(`FAULT=OPENER+KIND@STATE`) that leads the run onto that path; `applied` is then true",
+        "when both faults fired.",
         "",
         f"**{len(rows)} cases, {holding} hold, {len(rows) - holding} do not** "
         f"(statuses: {', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}; "
         f"{seconds / 60:.1f} minutes).",
         "",
-        "| state | kind | input | status | error | outcome | applied | leaked | new snapshots kept"
-        " | AMI kept | source unchanged | delivered | cleanup | holds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| state | kind | opener | input | status | error | outcome | applied | leaked"
+        " | new snapshots kept | AMI kept | source unchanged | delivered | cleanup | holds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
@@ -189,7 +276,8 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         error = str(r.get("error") or "")
         error = error if len(error) < 40 else error[:37] + "..."
         lines.append(
-            f"| {r['state']} | {r['kind']} | {r['input']} | {r.get('execution_status')} | "
+            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']} | "
+            f"{r.get('execution_status')} | "
             f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
             f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
             f"{r.get('delivered')} | {r.get('cleanup') or '-'} | "

@@ -401,7 +401,7 @@ def test_throttle_fault_answers_the_states_requests_with_the_services_throttling
     import boto3
     from botocore.config import Config
 
-    with Emulator(tmp_path / "emu", Faults(throttle_state="Check instance")) as emu:
+    with Emulator(tmp_path / "emu", Faults(throttle_states=("Check instance",))) as emu:
         no_retries = Config(retries={"mode": "standard", "total_max_attempts": 1})
         session = boto3.Session(**{k: v for k, v in {
             "aws_access_key_id": "testing", "aws_secret_access_key": "testing",

@@ -3,7 +3,9 @@ representative part of it runs here (`make test`); `make sweep` runs every case 
 
 The part run here: one kind at each key state, every kind at least three times, chosen so that it
 stays well under 8 minutes on 2 cores; the scenario tests (test_scenarios.py) add error@Report,
-abort@Launch transfer instance, throttle@Check instance and lost@Check compaction.
+abort@Launch transfer instance, throttle@Check instance and lost@Check compaction. Three cases lie
+on recovery paths (the failure chain, the warnings chain, the relaunch path): they run with the
+opener fault that leads there (twin/sweep.py RECOVERY_OPENERS).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from twin.emulator.faults import KINDS
-from twin.execution import task_states
-from twin.sweep import plan, sweep, table
+from twin.emulator.faults import KINDS, FaultError, FaultList, Faults, StateFault, parse
+from twin.execution import Machine, task_states
+from twin.sweep import openers, plan, sweep, table
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,6 +38,10 @@ REPRESENTATIVE = [
     "lost@Attach volumes",
     "lost@Create snapshots",
     "lost@Check snapshots",
+    # recovery paths, each behind its opener fault
+    "error@Report failure",
+    "abort@Teardown with warnings",
+    "error@Teardown before relaunch",
 ]
 
 
@@ -52,6 +58,12 @@ def test_plan_covers_every_task_state_and_kind(cdk_out: Path) -> None:
     assert "Prepare" not in lost and "Launch transfer instance" not in lost
     assert "Teardown" not in lost
     assert {c["input"] for c in cases if c["state"] == "Register image"} == {"ami"}
+    # the states a single fault cannot reach run behind the opener of their recovery path
+    opener = {c["state"]: c["opener"] for c in cases}
+    assert opener["Teardown before relaunch"] == "lost@Check compaction"
+    assert opener["Teardown with warnings"] == opener["Report with warnings"] == "error@Report"
+    assert opener["Teardown after failure"] == opener["Report failure"] == "error@Check compaction"
+    assert opener["Check compaction"] == opener["Report"] == opener["Teardown"] == ""
     with pytest.raises(SystemExit, match="not Task states"):
         plan(cdk_out, ["No such state"], None)
 
@@ -68,6 +80,58 @@ def test_representative_part_of_the_sweep_holds(cdk_out: Path, tmp_path: Path) -
     assert not broken, table(rows, 0)
     # The faults took effect where the run passes the state.
     assert all(r["fault_applied"] for r in rows if r["state"] != "Register image"), table(rows, 0)
+
+
+def test_fault_lists_parse_and_validate() -> None:
+    states = ["Check compaction", "Report", "Report with warnings"]
+    both = parse("error@Report+throttle@Report with warnings", states)
+    assert both == FaultList(
+        (StateFault("error", "Report"), StateFault("throttle", "Report with warnings"))
+    )
+    assert str(both) == "error@Report+throttle@Report with warnings"
+    # a single fault keeps its shape
+    assert parse("error@Report", states) == StateFault("error", "Report")
+    # throttle at several states: the emulator throttles each of them
+    many = parse("throttle@Report+throttle@Check compaction", states)
+    assert Faults.of(many).throttle_states == ("Report", "Check compaction")
+    with pytest.raises(FaultError, match="Task states are"):
+        parse("error@Report+error@Reprot", states)
+    with pytest.raises(FaultError, match="given twice"):
+        parse("error@Report+error@Report", states)
+    with pytest.raises(FaultError, match="stand alone"):
+        parse("error@Report+instance-lost", states)
+
+
+def test_openers_are_derived_and_fail_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    definition = {
+        "StartAt": "Work",
+        "States": {
+            "Work": {"Type": "Task", "Next": "Done", "Catch": [
+                {"ErrorEquals": ["InstanceLost"], "Next": "Lost path"},
+                {"ErrorEquals": ["States.ALL"], "Next": "Failure"}]},
+            "Done": {"Type": "Succeed"},
+            "Failure": {"Type": "Pass", "Next": "Report failure"},
+            "Report failure": {"Type": "Task", "End": True},
+            "Lost path": {"Type": "Pass", "Next": "Teardown again"},
+            "Teardown again": {"Type": "Task", "Next": "Work"},
+        },
+    }  # fmt: skip
+    machine = Machine("", "arn", "m", definition)
+    # the real table names states this definition lacks (a rename fails the same way)
+    with pytest.raises(SystemExit, match="RECOVERY_OPENERS no longer fits"):
+        openers(machine)
+    monkeypatch.setattr("twin.sweep.RECOVERY_OPENERS", {"Failure": "error@Work"})
+    # a recovery path with no opener in the table
+    with pytest.raises(SystemExit, match=r"\['Teardown again'\] are only entered"):
+        openers(machine)
+    monkeypatch.setattr(
+        "twin.sweep.RECOVERY_OPENERS", {"Failure": "error@Work", "Lost path": "lost@Work"}
+    )
+    assert openers(machine) == {"Report failure": "error@Work", "Teardown again": "lost@Work"}
+    # an opener whose state does not catch into the path
+    monkeypatch.setattr("twin.sweep.RECOVERY_OPENERS", {"Failure": "lost@Work"})
+    with pytest.raises(SystemExit, match="no Catch of InstanceLost"):
+        openers(machine)
 
 
 def test_task_states_include_nested_branches() -> None:

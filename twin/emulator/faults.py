@@ -8,6 +8,11 @@ Two ways to name a fault:
   flight still completes), `lost` (the transfer instance is terminated like a Spot interruption
   when the state is entered, if one of this execution exists);
 - the seven names of FAULTS, kept as aliases with their historical behaviour.
+
+Several `KIND@STATE` faults join with `+` (`error@Report+error@Report with warnings`): each one
+fires once, at the first call in its own state, whatever the order the run reaches them in; this
+is how a fault reaches a state on a recovery path (an "opener" fault leads the run there). The
+aliases do not combine.
 """
 
 from __future__ import annotations
@@ -49,12 +54,50 @@ class StateFault:
         return {"kind": self.kind, "state": self.state}
 
 
-def parse(text: str | None, task_states: Iterable[str] | None = None) -> StateFault | str | None:
-    """A FAULT value: None (no fault), an alias name, or a StateFault. With task_states, the
-    state must be one of them (a clear error lists them)."""
+@dataclass(frozen=True)
+class FaultList:
+    """Several `KIND@STATE` faults (`A+B`), each applied once, independently of the others."""
+
+    faults: tuple[StateFault, ...]
+
+    def __str__(self) -> str:
+        return "+".join(str(f) for f in self.faults)
+
+
+def state_faults(fault: StateFault | FaultList | str | None) -> list[StateFault]:
+    """The `KIND@STATE` faults of a parsed FAULT, in the order given (none for an alias)."""
+    if isinstance(fault, StateFault):
+        return [fault]
+    if isinstance(fault, FaultList):
+        return list(fault.faults)
+    return []
+
+
+def parse(
+    text: str | None, task_states: Iterable[str] | None = None
+) -> StateFault | FaultList | str | None:
+    """A FAULT value: None (no fault), an alias name, a StateFault, or a FaultList (`A+B`, two or
+    more StateFaults). With task_states, each state must be one of them (a clear error lists
+    them)."""
     if text in (None, "", "none"):
         return None
     assert text is not None
+    if "+" in text:
+        states = list(task_states) if task_states is not None else None
+        parts = [part.strip() for part in text.split("+")]
+        faults: list[StateFault] = []
+        for part in parts:
+            if "@" not in part:
+                raise FaultError(
+                    f"FAULT={text}: {part!r} is not KIND@STATE; only KIND@STATE faults combine "
+                    f"with + (the aliases {', '.join(FAULTS)} stand alone)"
+                )
+            one = parse(part, states)
+            assert isinstance(one, StateFault)
+            if one in faults:
+                raise FaultError(f"FAULT={text}: {one} is given twice")
+            faults.append(one)
+        return FaultList(tuple(faults))
     if "@" not in text:
         if text in FAULTS:
             return text
@@ -89,9 +132,10 @@ class Faults:
     interrupt_first_instance: bool = False
     # Snapshots created by the workflow end in state "error".
     snapshot_error: bool = False
-    # throttle@STATE: requests sent by a Lambda while in this Task state (X-Twin-State header)
-    # are answered with the service's throttling error, the first `throttled_requests` of them.
-    throttle_state: str | None = None
+    # throttle@STATE: requests sent by a Lambda while in one of these Task states (X-Twin-State
+    # header) are answered with the service's throttling error, the first `throttled_requests`
+    # of each state.
+    throttle_states: tuple[str, ...] = ()
     throttled_requests: int = THROTTLED_REQUESTS
 
     @classmethod
@@ -112,8 +156,9 @@ class Faults:
         raise FaultError(f"unknown fault {name!r}; choose one of {', '.join(FAULTS)}")
 
     @classmethod
-    def of(cls, fault: StateFault | str | None) -> Faults:
+    def of(cls, fault: StateFault | FaultList | str | None) -> Faults:
         """The emulator-side switches of a parsed FAULT."""
-        if isinstance(fault, StateFault):
-            return cls(throttle_state=fault.state if fault.kind == "throttle" else None)
+        if isinstance(fault, StateFault | FaultList):
+            throttled = tuple(f.state for f in state_faults(fault) if f.kind == "throttle")
+            return cls(throttle_states=throttled)
         return cls.named(fault)

@@ -97,7 +97,7 @@ class Middleware:
         if environ.get("PATH_INFO", "").startswith("/_twin/"):
             return self._control(environ, start_response)
         marked = environ.get("HTTP_X_TWIN_STATE")
-        if emu is not None and marked and emu.faults.throttle_state == unquote(marked):
+        if emu is not None and marked and unquote(marked) in emu.faults.throttle_states:
             state = unquote(marked)
             with emu.lock:
                 served = emu.throttled_served.get(state, 0)

@@ -4,9 +4,11 @@
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
 //       python, worker, logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
-//       fault: null | {kind: error|throttle|abort|lost, state: <Task state>}, emulatorEndpoint}
+//       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint}
+//       (a single `fault: {kind, state}` is still read as a list of one)
 // RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
-//          workflowReport, fault: {kind, state, applied: bool, detail}}
+//          workflowReport, faults: [{kind, state, applied: bool, detail}, ...],
+//          fault: the only one of faults, or null (callers of the single-fault shape)}
 //
 // Faults (KIND@STATE): error = the task's Lambda raises TwinInjectedError on its first call in
 // STATE; throttle = every invocation tells its worker the state it runs for, the worker marks
@@ -14,6 +16,8 @@
 // StopExecution as STATE is entered, while its Lambda call is in flight: that call completes (as a
 // real Lambda does after an abort) and the runner waits for it before reporting ABORTED; lost =
 // as STATE is entered, the emulator terminates this execution's transfer instance (Spot).
+// Each fault of the list fires once, at the first call in its own state, in whatever order the
+// run reaches them (an opener fault, e.g. lost@Check compaction, leads it to a recovery path).
 
 // aws-local-stepfunctions 3.0.0 calls Promise.withResolvers (Node >= 22); Node 20 lacks it.
 if (typeof Promise.withResolvers !== 'function') {
@@ -151,14 +155,15 @@ class TwinInjectedError extends Error {
   }
 }
 
-const fault = job.fault ?? null;
-const faultReport = fault ? { ...fault, applied: false, detail: null } : null;
+const faultList = job.faults ?? (job.fault ? [job.fault] : []);
+const faultReports = faultList.map((f) => ({ ...f, applied: false, detail: null }));
 const inflight = new Set();
 let execution = null;
 
-/** Whether this call is the first one in the faulted state (each fault fires once). */
+/** The fault KIND@stateName if this call is the first one in its state (each fault fires once):
+ * its report, to mark applied; else null. */
 function faultHere(kind, stateName) {
-  return fault && fault.kind === kind && fault.state === stateName && !faultReport.applied;
+  return faultReports.find((f) => f.kind === kind && f.state === stateName && !f.applied) ?? null;
 }
 
 // EC2's eventual consistency (the emulator's tag-filter lag, deregistration settling) is counted
@@ -207,21 +212,24 @@ function taskHandler(stateName, arn, unwrapPayload) {
     const record = { state: stateName, function: fn?.name ?? fnArn, started, ms: 0, error: null };
     invocations.push(record);
     await settleIfDue();
-    if (faultHere('throttle', stateName)) {
+    const throttled = faultHere('throttle', stateName);
+    if (throttled) {
       // The emulator throttles this state's requests (X-Twin-State); the run reached the state.
-      faultReport.applied = true;
-      faultReport.detail = "the emulator throttles this state's AWS requests";
+      throttled.applied = true;
+      throttled.detail = "the emulator throttles this state's AWS requests";
     }
-    if (faultHere('error', stateName)) {
-      faultReport.applied = true;
-      faultReport.detail = 'the Lambda raised TwinInjectedError';
+    const errored = faultHere('error', stateName);
+    if (errored) {
+      errored.applied = true;
+      errored.detail = 'the Lambda raised TwinInjectedError';
       record.error = 'TwinInjectedError';
       throw new TwinInjectedError(stateName, randomUUID());
     }
-    if (faultHere('lost', stateName)) {
-      faultReport.applied = true;
+    const lostHere = faultHere('lost', stateName);
+    if (lostHere) {
+      lostHere.applied = true;
       const lost = await loseInstance();
-      faultReport.detail = lost.length
+      lostHere.detail = lost.length
         ? `terminated ${lost.join(', ')} (Spot interruption)`
         : 'no running transfer instance of this execution';
     }
@@ -235,9 +243,10 @@ function taskHandler(stateName, arn, unwrapPayload) {
     const call = workerFor(fnArn).invoke(event, stateName);
     inflight.add(call);
     call.catch(() => {}).finally(() => inflight.delete(call));
-    if (faultHere('abort', stateName)) {
-      faultReport.applied = true;
-      faultReport.detail = 'StopExecution while the Lambda call was in flight; the call completed';
+    const aborted = faultHere('abort', stateName);
+    if (aborted) {
+      aborted.applied = true;
+      aborted.detail = 'StopExecution while the Lambda call was in flight; the call completed';
       setImmediate(() => execution.abort());
     }
     const msg = await call;
@@ -383,6 +392,17 @@ await collecting;
 for (const worker of workers.values()) worker.stop();
 writeFileSync(
   resultPath,
-  JSON.stringify({ ...result, events, invocations, workflowReport, fault: faultReport }, null, 1),
+  JSON.stringify(
+    {
+      ...result,
+      events,
+      invocations,
+      workflowReport,
+      faults: faultReports,
+      fault: faultReports.length === 1 ? faultReports[0] : null,
+    },
+    null,
+    1,
+  ),
 );
 process.exit(0);
