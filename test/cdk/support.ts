@@ -19,7 +19,7 @@ export interface AslState {
   Resource?: string;
   Parameters?: Record<string, Json>;
   ResultPath?: string;
-  Retry?: { ErrorEquals: string[]; MaxAttempts?: number }[];
+  Retry?: { ErrorEquals: string[]; MaxAttempts?: number; BackoffRate?: number; IntervalSeconds?: number }[];
   Catch?: { ErrorEquals: string[]; Next: string; ResultPath?: string }[];
   Choices?: (Record<string, Json> & { Next: string })[];
   Default?: string;
