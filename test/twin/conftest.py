@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,21 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from twin.emulator.faults import Faults  # noqa: E402  (the twin package is found through REPO)
+from twin.emulator.server import Emulator  # noqa: E402
+
 
 @pytest.fixture
 def root_only() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (loop devices)")
+
+
+@pytest.fixture
+def emulator(tmp_path: Path, root_only: None) -> Iterator[Emulator]:
+    """A fresh emulator (moto's server with the twin's behaviour), stopped and cleaned after."""
+    with Emulator(tmp_path / "emu", Faults()) as emu:
+        yield emu
 
 
 @pytest.fixture(scope="session")

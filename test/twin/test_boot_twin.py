@@ -207,21 +207,16 @@ def test_the_user_root_is_unmounted_when_the_instance_is_lost(
 
 
 def test_the_old_launch_of_the_demo_ami_through_the_stack_template_boots_the_users_disk(
-    emulator: Emulator, tmp_path: Path
+    emulator: Emulator, tmp_path: Path, cdk_out: Path
 ) -> None:
     """The bug of item 1 as the twin now shows it: the synthesized stack's launch template (its
     resolve:ssm: AL2023 image) and the demo's source AMI (make demo INPUT=ami), launched the old
     way (source snapshots mapped at launch): the instance boots from the source root, and the real
     sparsecopy refuses it, which the document reported as CompactionFailed."""
-    import os
-
     from twin.deploy import deploy
     from twin.scenario import Options, _register
 
-    given = os.environ.get("TWIN_CDK_OUT")
-    if not given:
-        pytest.skip("needs a synthesized stack: TWIN_CDK_OUT (make test-twin sets it)")
-    d = deploy(emulator, Path(given))
+    d = deploy(emulator, cdk_out)
     ((template_id),) = [v for v in d.physical.values() if str(v).startswith("lt-")]
     source = _register(emulator, Options(input="ami"), tmp_path / "work")
     ec2, ssm = emulator.boto3_client("ec2"), emulator.boto3_client("ssm")

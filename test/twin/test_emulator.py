@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +54,6 @@ def _image(path: Path) -> Path:
         f.seek(100 * EBS_BLOCK)
         f.write(b"z" * EBS_BLOCK * 2)
     return path
-
-
-@pytest.fixture
-def emulator(tmp_path: Path, root_only: None) -> Iterator[Emulator]:
-    with Emulator(tmp_path / "emu", Faults()) as emu:
-        yield emu
 
 
 def _launch(emu: Emulator, snapshot_id: str, **extra: Any) -> tuple[str, dict[str, str]]:

@@ -4,7 +4,6 @@ and ends an instance whose launch volume's KMS key is unusable (items 1 and 7 of
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,7 @@ from test_emulator import (  # type: ignore[import-not-found]
     _wait_invocation,
 )
 
-from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
-
-
-@pytest.fixture
-def emulator(tmp_path: Path, root_only: None) -> Iterator[Emulator]:
-    with Emulator(tmp_path / "emu", Faults()) as emu:
-        yield emu
 
 
 def _instance(ec2: Any, **extra: Any) -> dict[str, Any]:
