@@ -278,16 +278,19 @@ def _create_volume(p: dict[str, Any], s: State) -> list[Context]:
     out = [_ctx(a, "volume", s.ec2_arn("volume", "*"), s, request_tags(specs.get("volume", {})))]
     snapshot = p.get("SnapshotId")
     if snapshot:
-        out.append(
-            _ctx(
-                a,
-                "snapshot",
-                s.ec2_arn("snapshot", snapshot, ""),
-                s,
-                {"ec2:Owner": s.snapshot_owner(snapshot), **resource_tags(s.tags(snapshot))},
-            )
-        )
+        out.append(_snapshot_ctx(a, snapshot, s))
     return out + _tag_on_create(a, p, s)
+
+
+def _snapshot_ctx(action: str, snapshot: str, s: State) -> Context:
+    """A snapshot read by a create call (any owner's: shared or public snapshots)."""
+    return _ctx(
+        action,
+        "snapshot",
+        s.ec2_arn("snapshot", snapshot, ""),
+        s,
+        {"ec2:Owner": s.snapshot_owner(snapshot), **resource_tags(s.tags(snapshot))},
+    )
 
 
 @resolver("ec2:AttachVolume")
@@ -342,15 +345,7 @@ def _register_image(p: dict[str, Any], s: State) -> list[Context]:
     for mapping in _as_list(p.get("BlockDeviceMapping")):
         snapshot = mapping.get("Ebs", {}).get("SnapshotId")
         if snapshot:
-            out.append(
-                _ctx(
-                    a,
-                    "snapshot",
-                    s.ec2_arn("snapshot", snapshot, ""),
-                    s,
-                    {"ec2:Owner": s.snapshot_owner(snapshot), **resource_tags(s.tags(snapshot))},
-                )
-            )
+            out.append(_snapshot_ctx(a, snapshot, s))
     return out + _tag_on_create(a, p, s)
 
 
