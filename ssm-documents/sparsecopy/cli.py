@@ -17,6 +17,7 @@ from .errors import Failure
 from .extents import Extents, align, clip, normalize, total
 from .plan import TRIM, MetaReader, PartPlan, plan_disk
 from .progress import Progress, human, log
+from .source_blocks import BlockList, Held, against_device, load
 from .summary import summarize
 from .trim import copy_trimmed, scratch_room
 from .verify import fsck_all
@@ -38,8 +39,15 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--scratch", default="/var/tmp", help="directory for trim images")
     copy.add_argument("--jobs", type=int, default=16, help="reads in flight (1-64)")
     copy.add_argument("--verify", action="store_true", help="re-read and fsck the target")
+    blocks_help = (
+        "JSON (optionally gzipped) list of the 512 KiB blocks the source's snapshot holds "
+        "(ListSnapshotBlocks: BlockSize, VolumeSize, Blocks and/or BlockRanges): "
+        "nothing outside them is read or written"
+    )
+    copy.add_argument("--source-blocks", metavar="FILE", help=blocks_help)
     inspect = sub.add_parser("inspect", help="print the plan for SOURCE without writing")
     inspect.add_argument("source")
+    inspect.add_argument("--source-blocks", metavar="FILE", help=blocks_help)
     device = sub.add_parser("device", help="print the block device of an attached EBS volume")
     device.add_argument("volume_id")
     device.add_argument("--device-name", help="the /dev/sdX name given at attachment (Xen)")
@@ -137,6 +145,9 @@ def _check_scratch_room(partitions: list[PartPlan], scratch: str) -> None:
 
 
 def _copy(args: argparse.Namespace) -> dict[str, object]:
+    """Copy SOURCE to TARGET. With --source-blocks every read is needed ∩ held: the plan's
+    ranges (plan_disk), the trim staging (copy_trimmed), the verify compare (the same ranges)
+    and the metadata MetaReader parses (zeros where not held)."""
     started = time.monotonic()
     if not 1 <= args.jobs <= 64:
         raise Failure(f"--jobs {args.jobs} is out of range: use 1 to 64")
@@ -148,6 +159,7 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
         raise Failure(
             f"scratch directory {args.scratch} does not exist: create it or pass --scratch"
         )
+    blocks: Optional[BlockList] = load(args.source_blocks) if args.source_blocks else None
     source_fd = open_device(args.source, write=False)
     target_fd = open_device(args.target, write=True)
     reader = MetaReader(args.source)
@@ -159,8 +171,12 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
                 f"target is smaller than source ({target_size} < {size} bytes): "
                 "create the target with the source's size"
             )
+        held: Optional[Held] = None
+        if blocks is not None:
+            held = against_device(blocks, size, args.source)
+            reader.limit(held)
         _check_blank(target_fd, target_size, args.target)
-        plan = plan_disk(args.source, size, sector_size(source_fd), args.method, True, reader)
+        plan = plan_disk(args.source, size, sector_size(source_fd), args.method, True, reader, held)
         if args.method != TRIM:
             _trim_only_where_it_fits(plan.partitions, args.scratch)
         else:
@@ -171,17 +187,20 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
             if part.method != TRIM:
                 direct.extend(part.extents)
         # Sector-aligned (O_DIRECT) but no wider: widening to 4 KiB would pull free, dirty 1 KiB
-        # blocks of small filesystems into the copy.
+        # blocks of small filesystems into the copy. With --source-blocks the extents are already
+        # needed ∩ held: an end inside a listed block widens within that block (a sector divides
+        # 512 KiB), an end on a block boundary is aligned, so no unlisted byte is added.
         ranges = align(normalize(direct), sector_size(source_fd), size)
         body, head = clip(ranges, HEAD, size), clip(ranges, 0, HEAD)
-        copier = Copier(args.jobs)
+        on_read = held.touch if held else None
+        copier = Copier(args.jobs, on_read=on_read)
         progress = Progress("copy", total(ranges))
         writing = True
         copier.copy(source_fd, target_fd, body, progress)
         read_extra = written_extra = 0
         for part in trimmed:
             src_read, written = copy_trimmed(
-                part, source_fd, target_fd, args.scratch, args.jobs, args.verify
+                part, source_fd, target_fd, args.scratch, args.jobs, args.verify, held
             )
             read_extra += src_read
             written_extra += written
@@ -191,7 +210,7 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
         progress.maybe_report(force=True)
         verified = False
         if args.verify:
-            check = Copier(args.jobs)
+            check = Copier(args.jobs, on_read=on_read)
             check.compare(source_fd, target_fd, ranges, Progress("verify", total(ranges)))
             fsck_all(args.target, size, plan.partitions)
             verified = True
@@ -203,6 +222,8 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
             "seconds": round(time.monotonic() - started, 3),
             "table": plan.layout.table,
             "outside_partitions_bytes": total(plan.outside),
+            "held_blocks": held.blocks if held else None,
+            "held_blocks_read": held.blocks_read() if held else None,
         }
     except BaseException as exc:
         if writing:
@@ -221,11 +242,15 @@ def _copy(args: argparse.Namespace) -> dict[str, object]:
 
 def _inspect(args: argparse.Namespace) -> dict[str, object]:
     _check_device(args.source, "source")
+    blocks = load(args.source_blocks) if args.source_blocks else None
     fd = open_device(args.source, write=False)
     reader = MetaReader(args.source)
     try:
         size = size_of(fd)
-        plan = plan_disk(args.source, size, sector_size(fd), "allocated", False, reader)
+        held = against_device(blocks, size, args.source) if blocks else None
+        if held:
+            reader.limit(held)
+        plan = plan_disk(args.source, size, sector_size(fd), "allocated", False, reader, held)
     finally:
         reader.close()
         os.close(fd)
@@ -235,6 +260,7 @@ def _inspect(args: argparse.Namespace) -> dict[str, object]:
         "table": plan.layout.table,
         "partitions": [p.summary() for p in plan.partitions],
         "outside_partitions_bytes": total(plan.outside),
+        "held_blocks": held.blocks if held else None,
     }
 
 

@@ -108,9 +108,17 @@ def read_units(extents: Extents, merge_gap: int) -> list[Unit]:
 class Copier:
     """Copies extents from one descriptor to another, ``jobs`` requests at a time."""
 
-    def __init__(self, jobs: int, merge_gap: int = MERGE_GAP) -> None:
+    def __init__(
+        self,
+        jobs: int,
+        merge_gap: int = MERGE_GAP,
+        on_read: Optional[Callable[[int, int], None]] = None,
+    ) -> None:
         self.jobs = jobs
+        # With --source-blocks the extents lie in listed 512 KiB blocks; a gap shorter than a
+        # block never spans an unlisted one, so merged reads stay inside the list.
         self.merge_gap = merge_gap
+        self.on_read = on_read  # told (offset, length) of every read of the first device
         self.bytes_read = 0
         self.bytes_written = 0
         self._lock = threading.Lock()
@@ -152,6 +160,8 @@ class Copier:
         view = memoryview(buf)
         try:
             self._read(src, view, offset, length, "the source")
+            if self.on_read:
+                self.on_read(offset, length)
             written = 0
             for part_start, part_end in parts:
                 for start, count in nonzero_runs(buf, part_end, offset, part_start):
@@ -174,6 +184,8 @@ class Copier:
         view_a, view_b = memoryview(buf_a), memoryview(buf_b)
         try:
             self._read(a, view_a, offset, length, "the source")
+            if self.on_read:
+                self.on_read(offset, length)
             self._read(b, view_b, offset + shift, length, "the target")
             for lo, hi in parts:
                 if buf_a[lo:hi] != buf_b[lo:hi]:

@@ -71,3 +71,21 @@ def split(extents: Iterable[Extent], size: int) -> Extents:
             out.append((pos, stop - pos))
             pos = stop
     return out
+
+
+def intersect(extents: Iterable[Extent], other: Iterable[Extent]) -> Extents:
+    """The bytes covered by both ``extents`` and ``other``, sorted and merged."""
+    a, b = normalize(extents), normalize(other)
+    out: Extents = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        a_end, b_end = a[i][0] + a[i][1], b[j][0] + b[j][1]
+        hi = min(a_end, b_end)
+        if hi > lo:
+            out.append((lo, hi - lo))
+        if a_end <= b_end:
+            i += 1
+        else:
+            j += 1
+    return normalize(out)

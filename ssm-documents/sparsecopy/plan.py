@@ -2,16 +2,18 @@
 non-zero block. With ``recover`` the journal/log is replayed first (the only write to SOURCE)."""
 
 import os
+import re
 import struct
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
-from .blockdev import flush, partition_device
+from .blockdev import flush, partition_device, run
 from .errors import Failure
 from .extents import Extents, complement, shift, total
 from .partitions import Layout, Partition, read_layout
 from .probe import detect
 from .progress import human, log
+from .source_blocks import Held
 
 ALLOCATED, RAW, HEADER, TRIM = "allocated", "raw", "header", "trim"
 KERNEL_TRIMMABLE = ("ext4", "xfs", "btrfs")
@@ -29,6 +31,10 @@ class PartPlan:
         self.extents: Extents = [(part.start, part.size)]
         self.note = ""
         self.fsck = ""
+        self.needed: Optional[int] = None  # with --source-blocks: bytes needed before ∩ held
+        # With --source-blocks: a journal/log replay wrote to this partition of the source, maybe
+        # into blocks the list does not hold, so its needed bytes are read whole.
+        self.rewritten = False
 
     def use(self, method: str, extents: Extents, note: str = "") -> None:
         self.method = method
@@ -47,6 +53,8 @@ class PartPlan:
             "method": self.method,
             "allocated_bytes": total(self.extents),
         }
+        if self.needed is not None:
+            out["needed_bytes"] = self.needed
         if self.note:
             out["note"] = self.note
         if self.fsck:
@@ -61,14 +69,38 @@ class DiskPlan(NamedTuple):
 
 
 class MetaReader:
-    """Buffered reads for parsing metadata, counted as source bytes read."""
+    """Buffered reads for parsing metadata, counted as source bytes read.
+
+    With ``held`` (--source-blocks) only the listed blocks are read; every other byte is served
+    as the zero it is on a volume restored from that snapshot."""
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.bytes_read = 0
+        self.held: Optional[Held] = None
+
+    def limit(self, held: Held) -> None:
+        self.held = held
+        # No readahead: it would pull the pages after a listed block's end into the cache.
+        # Page reads never cross a 512 KiB block boundary.
+        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+    def _read_held(self, held: Held, start: int, length: int) -> bytes:
+        end = min(start + length, held.size)
+        if end <= start:
+            return b""
+        out = bytearray(end - start)
+        for lo, count in held.clip([(start, end - start)]):
+            data = os.pread(self.fd, count, lo)
+            out[lo - start : lo - start + len(data)] = data
+            self.bytes_read += len(data)
+            held.touch(lo, len(data))
+        return bytes(out)
 
     def at(self, base: int) -> Callable[[int, int], bytes]:
         def read(offset: int, length: int) -> bytes:
+            if self.held is not None:
+                return self._read_held(self.held, base + offset, length)
             data = os.pread(self.fd, length, base + offset)
             self.bytes_read += len(data)
             return data
@@ -91,6 +123,7 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
     try:
         pending = fs_ext.needs_recovery(device)
         if pending and recover:
+            plan.rewritten = True
             failure = fs_ext.replay_journal(device)
             if failure:
                 plan.raw(f"{failure}; copying every non-zero block")
@@ -121,8 +154,24 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
         plan.use(ALLOCATED, allocated, "journal replayed" if pending else "")
 
 
-def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:
-    if recover:
+def xfs_log_clean(device: str) -> bool:
+    """Whether the XFS log holds nothing to replay (xfs_logprint finds its tail at its head,
+    as the kernel's mount does). False when that cannot be told."""
+    try:
+        proc = run(["xfs_logprint", "-t", device], check=False)
+    except Failure:  # not installed
+        return False
+    match = re.search(r"log tail: (\d+) head: (\d+) state: <(\w+)>", proc.stdout)
+    return proc.returncode == 0 and match is not None and match.group(3) == "CLEAN"
+
+
+def _plan_xfs(plan: PartPlan, device: str, recover: bool, keep_source: bool) -> None:
+    if recover and keep_source and xfs_log_clean(device):
+        # With --source-blocks a mount would write log records into blocks the list may not
+        # hold; a clean log has nothing to replay, so the source stays as the snapshot holds it.
+        log(f"partition {plan.number}: xfs log is clean: not mounted")
+    elif recover:
+        plan.rewritten = True
         failure = fs_xfs.replay_log(device)
         if failure:
             plan.raw(f"{failure}; free-space map untrusted, copying every non-zero block")
@@ -169,10 +218,28 @@ def _swap_header(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
     plan.raw("swap signature moved; copying every non-zero block")
 
 
+def _limit(plan: PartPlan, held: Held) -> None:
+    """needed ∩ held, unless a replay wrote to the partition (then whatever it needs is read)."""
+    plan.needed = total(plan.extents)
+    if plan.rewritten:
+        why = "replay wrote to the source: needed bytes read whether the block list holds them"
+        plan.note = f"{plan.note}; {why}" if plan.note else why
+    else:
+        plan.extents = held.clip(plan.extents)
+
+
 def plan_disk(
-    source: str, disk_size: int, sector: int, method: str, recover: bool, reader: MetaReader
+    source: str,
+    disk_size: int,
+    sector: int,
+    method: str,
+    recover: bool,
+    reader: MetaReader,
+    held: Optional[Held] = None,
 ) -> DiskPlan:
-    """Read the table and every partition's allocation map."""
+    """Read the table and every partition's allocation map; with ``held`` (--source-blocks)
+    every plan becomes needed ∩ held. The external tools (dumpe2fs, e2fsck, xfs_db, xfs_logprint)
+    read the source themselves, listed blocks or not: only their metadata reads."""
     layout = read_layout(reader.at(0), disk_size, sector)
     if layout.problem:
         log(f"partition table ignored ({layout.problem}): copying the disk as unknown data")
@@ -192,13 +259,18 @@ def plan_disk(
             with partition_device(
                 source, part.start, part.size, disk_size, read_only=not recover
             ) as device:
-                (_plan_ext if fs == "ext4" else _plan_xfs)(plan, device, recover)
+                if fs == "ext4":
+                    _plan_ext(plan, device, recover)
+                else:
+                    _plan_xfs(plan, device, recover, held is not None)
         elif fs in ("ntfs", "vfat"):
             _plan_parsed(plan, read)
         elif fs == "swap":
             _swap_header(plan, read)
         else:
             plan.raw(f"no allocation map for {fs} data: copying every non-zero block")
+        if held is not None:
+            _limit(plan, held)
         log(
             f"partition {plan.number}: {fs}, method {plan.method}, "
             f"{human(total(plan.extents))} to read{'; ' + plan.note if plan.note else ''}"
@@ -206,4 +278,6 @@ def plan_disk(
     if recover:
         flush(source)
     outside = complement([(p.start, p.size) for p in layout.partitions], 0, disk_size)
+    if held is not None:
+        outside = held.clip(outside)
     return DiskPlan(layout, plans, outside)

@@ -3,8 +3,9 @@
 GetCommandInvocation returns only the first 24,000 characters of StandardOutputContent (also for a
 finished command), so the line the Lambdas parse must fit whatever the number of volumes and
 partitions. Each volume's entry keeps the fields the Lambdas and the report read
-(``source_bytes_read``, ``target_bytes_written``), the other totals, counts (partitions, methods,
-fsck results) and as many partition notes, each clipped, as fit the volume's budget. The full
+(``source_bytes_read``, ``target_bytes_written``, ``held_blocks``, ``held_blocks_read``), the
+other totals, counts (partitions, methods, fsck results) and as many partition notes, each
+clipped, as fit the volume's budget. The full
 summaries, every partition with its note and fsck result, go to standard error (the command log
 group).
 
@@ -106,6 +107,9 @@ def volume_entry(source_volume_id: str, target_volume_id: str, summary: Json) ->
         "source_bytes_read": _count(summary.get("source_bytes_read")),
         "target_bytes_written": _count(summary.get("target_bytes_written")),
         "outside_partitions_bytes": _count(summary.get("outside_partitions_bytes")),
+        # --source-blocks: blocks the snapshot holds, and how many of them the copy read
+        "held_blocks": _count(summary.get("held_blocks")),
+        "held_blocks_read": _count(summary.get("held_blocks_read")),
         "verified": summary.get("verified") is True,
         "seconds": _seconds(summary.get("seconds")),
         "table": clip(table, 8) if isinstance(table, str) else None,

@@ -14,6 +14,7 @@ from .errors import Failure
 from .extents import Extents, total
 from .plan import RAW, PartPlan
 from .progress import Progress, log
+from .source_blocks import Held
 
 
 def data_extents(fd: int, size: int) -> Extents:
@@ -79,17 +80,23 @@ def copy_trimmed(
     scratch: str,
     jobs: int,
     verify: bool,
+    held: Optional[Held] = None,
 ) -> "tuple[int, int]":
-    """Copy one partition by the trim method. Returns (source bytes read, target bytes written)."""
+    """Copy one partition by the trim method. Returns (source bytes read, target bytes written).
+
+    With ``held`` (--source-blocks) only the listed blocks are staged: the rest of the scratch
+    image stays a hole, which reads as the zeros those blocks hold."""
     with scratch_image(scratch, plan.size) as image:
-        staging = Copier(jobs)
+        staging = Copier(jobs, on_read=held.touch if held else None)
         image_fd = os.open(image, os.O_RDWR)
+        whole = [(plan.start, plan.size)]
+        staged = held.clip(whole) if held else whole
         try:
             staging.copy(
                 source_fd,
                 image_fd,
-                [(plan.start, plan.size)],
-                Progress(f"partition {plan.number}: staging", plan.size),
+                staged,
+                Progress(f"partition {plan.number}: staging", total(staged)),
                 shift=-plan.start,
             )
             os.fsync(image_fd)

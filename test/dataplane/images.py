@@ -747,3 +747,39 @@ def same_bytes(a: Path, b: Path, start: int, size: int) -> bool:
 def partition_table(path: Path) -> str:
     """The partition table as sfdisk dumps it (``label-id``, entries, GUIDs), for comparison."""
     return run("sfdisk", "--dump", str(path)).replace(str(path), "DISK")
+
+
+# ---------------------------------------------------------------- block lists (--source-blocks)
+
+
+def build_ext4_swap_raw_unwritten(path: Path, size: int = 192 * MIB, seed: int = 13) -> DiskImage:
+    """GPT: ext4 (dirty), swap over stale random pages, a raw data partition with scattered
+    writes (no filesystem: LVM-like), and a partition that was never written."""
+    disk = make_gpt(
+        path,
+        size,
+        [(64, LINUX, "ext4"), (16, LINUX_SWAP, "swap"), (32, LINUX, "none"), (0, LINUX, "empty")],
+    )
+    swap = disk.partition(2)
+    scribble_free_space(path, swap.start, swap.size, seed)
+    mkfs(disk, 2)
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed, files=6, file_size=6 * MIB)
+    raw = disk.partition(3)
+    rng = random.Random(seed)
+    for island in range(16):
+        length = rng.choice((4096, 65536, 300 * 1024, MIB))
+        offset = rng.randrange(0, raw.size - length, 4096)
+        write_random_bytes(path, raw.start + offset, length, seed + island)
+    return disk
+
+
+def source_block_list(chunks: set[int] | list[int], size: int) -> dict[str, object]:
+    """ListSnapshotBlocks' answer (pages merged) for a snapshot holding these 512 KiB chunks of
+    a ``size``-byte volume; VolumeSize in whole GiB, rounded down."""
+    return {
+        "BlockSize": CHUNK,
+        "VolumeSize": size // (1 << 30),
+        "Blocks": [{"BlockIndex": index} for index in sorted(chunks)],
+    }

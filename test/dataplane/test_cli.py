@@ -387,6 +387,8 @@ def test_summarize_fixed_fields_fit_the_volume_budget_at_their_largest() -> None
         "source_bytes_read": huge,
         "target_bytes_written": huge,
         "outside_partitions_bytes": huge,
+        "held_blocks": huge,
+        "held_blocks_read": huge,
         "verified": True,
         "seconds": 999_999_999.999,
         "table": "x" * 10_000,
