@@ -1,10 +1,26 @@
-"""ext2/3/4: replay the journal with e2fsck, then read the block bitmaps through dumpe2fs."""
+"""ext2/3/4: replay the journal with e2fsck, then read the block bitmaps through dumpe2fs.
+
+Inode-table blocks no inode can occupy count as free, as ``e2image -ra`` treats them: the whole
+table of a group flagged INODE_UNINIT, and in other groups the blocks past the last inode the
+group may have used (inodes per group minus the descriptor's unused-inode count, rounded up to
+whole blocks: the kernel's own bound in ext4_init_inode_table). mke2fs's lazy_itable_init never
+writes those blocks, so on a volume that held data before mkfs (no discard, as on EBS) they keep
+stale bytes until a read-write mount's lazyinit thread zeroes them. Neither the kernel nor e2fsck
+reads them while the group descriptor checksums hold: the kernel zeroes a new inode's buffer
+instead of reading a block whose other inodes are all free, and e2fsck's inode scan stops at the
+unused count. So they are free only when the filesystem has group descriptor checksums
+(metadata_csum or uninit_bg) and the group's checksum is valid (dumpe2fs prints "(EXPECTED
+0x...)" after a checksum that does not match; e2fsck would then reset the flags and the count,
+and scan the whole table).
+"""
 
 import re
 from typing import NamedTuple
 
 from .blockdev import run
 from .extents import Extents, complement
+
+GROUP_CSUM_FEATURES = ("metadata_csum", "uninit_bg", "gdt_csum")
 
 
 class ExtMap(NamedTuple):
@@ -40,8 +56,45 @@ def _field(header: str, name: str) -> str:
     return match.group(1).strip()
 
 
+def unused_inode_tables(dump: str) -> Extents:
+    """Byte ranges of inode-table blocks no inode can occupy, from dumpe2fs's full output;
+    empty without group descriptor checksums. A group whose section is not understood, or whose
+    descriptor checksum does not match, contributes nothing (its table stays allocated)."""
+    if not any(f in _features(dump).split() for f in GROUP_CSUM_FEATURES):
+        return []
+    block_size = int(_field(dump, "Block size"))
+    per_group = int(_field(dump, "Inodes per group"))
+    table_blocks = int(_field(dump, "Inode blocks per group"))
+    inode_size = int(_field(dump, "Inode size"))
+    per_block = block_size // inode_size
+    if per_block < 1 or table_blocks * per_block < per_group:
+        return []
+    out: Extents = []
+    sections = re.split(r"^(?=Group \d+: )", dump, flags=re.M)[1:]
+    for section in sections:
+        header = section.split("\n", 1)[0]
+        csum = re.search(r"\bcsum 0x[0-9a-f]+(.*)$", header)
+        table = re.search(r"^\s+Inode table at (\d+)-(\d+)\b", section, re.M)
+        unused = re.search(r"\b(\d+) unused inodes\b", section)
+        if not csum or "EXPECTED" in csum.group(1) or not table or not unused:
+            continue
+        first, last = int(table.group(1)), int(table.group(2))
+        flags = re.search(r"\[([A-Z_, ]*)\]", header)
+        names = flags.group(1).replace(" ", "").split(",") if flags else []
+        uninit = "INODE_UNINIT" in names
+        if last - first + 1 != table_blocks or int(unused.group(1)) > per_group:
+            continue
+        used_inodes = 0 if uninit else per_group - int(unused.group(1))
+        used_blocks = -(-used_inodes // per_block)
+        if used_blocks < table_blocks:
+            start = (first + used_blocks) * block_size
+            out.append((start, (table_blocks - used_blocks) * block_size))
+    return out
+
+
 def read_map(device: str) -> ExtMap:
-    """Allocated byte ranges from the block bitmaps, and whether the filesystem is clean."""
+    """Allocated byte ranges from the block bitmaps less the inode-table blocks no inode can
+    occupy, and whether the filesystem is clean."""
     out = run(["dumpe2fs", device]).stdout
     block_size = int(_field(out, "Block size"))
     blocks = int(_field(out, "Block count"))
@@ -57,6 +110,7 @@ def read_map(device: str) -> ExtMap:
             first, last = int(lo), int(hi or lo)
             free.append((first * block_size, (last - first + 1) * block_size))
     fs_bytes = blocks * block_size
+    free.extend(unused_inode_tables(out))
     clean = state == "clean" and "needs_recovery" not in features
     note = "" if clean else f"filesystem state '{state}', features '{features}'"
     return ExtMap(complement(free, 0, fs_bytes), fs_bytes, clean, note)
