@@ -4,7 +4,12 @@
   (percent-encoded); the first Faults.throttled_requests requests marked with the faulted state
   are answered with the service's own throttling error, never reaching moto: EC2
   `RequestLimitExceeded` (HTTP 503), STS `Throttling` (400), the JSON services (SSM, EventBridge,
-  KMS, Step Functions) `ThrottlingException` (400).
+  KMS, Step Functions) `ThrottlingException` (400), EBS direct `RequestThrottledException` (400,
+  Reason ACCOUNT_THROTTLED, as botocore's ebs model declares it), S3 `SlowDown` (503).
+- EBS direct `ListSnapshotBlocks` (`GET /snapshots/{id}/blocks` signed for `ebs`) of the twin's EC2
+  snapshots is answered by ebs_direct.py (after the throttle check, so `throttle@STATE` reaches
+  it); moto's own `ebs` backend keeps the snapshots made with the direct APIs.
+- S3 requests and presigned URLs signed with Signature Version 2 are refused (s3_twin.py).
 - `/_twin/settle`: the runner POSTs it after a Wait that lasts 30 s or more in AWS: the
   eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
 - `lost@STATE`: the runner POSTs `/_twin/lost` {"execution": name} when it enters the state; every
@@ -21,8 +26,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
+from moto.ebs.models import ebs_backends
 from moto.ec2.models import ec2_backends
 
+from . import ebs_direct, s3_twin
 from . import state as st
 from .ec2_twin import interrupt_spot_instance
 
@@ -33,8 +40,13 @@ StartResponse = Callable[..., Any]
 
 
 def service_of(environ: dict[str, Any]) -> str:
+    """The SigV4 service of a request: from its Authorization header, or from the X-Amz-Credential
+    of a presigned URL."""
     m = _SERVICE.search(environ.get("HTTP_AUTHORIZATION", ""))
-    return m.group(1) if m else ""
+    if m:
+        return m.group(1)
+    presigned = s3_twin.presigned_credential(environ)
+    return presigned[1] if presigned else ""
 
 
 def throttling_response(service: str) -> tuple[str, list[tuple[str, str]], bytes]:
@@ -54,12 +66,30 @@ def throttling_response(service: str) -> tuple[str, list[tuple[str, str]], bytes
             "</ErrorResponse>"
         )
         return "400 Bad Request", [("Content-Type", "text/xml")], body.encode()
+    if service == "ebs":
+        return ebs_direct.error_response(
+            ebs_direct.EbsError(
+                "400 Bad Request",
+                "RequestThrottledException",
+                "ACCOUNT_THROTTLED",
+                "The request rate exceeds the limit for this account.",
+            )
+        )
+    if service == "s3":
+        return s3_twin.throttling_response()
     body = json.dumps({"__type": "ThrottlingException", "message": "Rate exceeded"})
     return (
         "400 Bad Request",
         [("Content-Type", "application/x-amz-json-1.1"), ("x-amzn-RequestId", request_id)],
         body.encode(),
     )
+
+
+def _send(
+    start_response: StartResponse, status: str, headers: list[tuple[str, str]], body: bytes
+) -> list[bytes]:
+    start_response(status, [*headers, ("Content-Length", str(len(body)))])
+    return [body]
 
 
 def interrupt_execution_instances(account: str, region: str, execution: str) -> list[str]:
@@ -105,10 +135,31 @@ class Middleware:
                 if throttle:
                     emu.throttled_served[state] = served + 1
             if throttle:
-                status, headers, body = throttling_response(service_of(environ))
-                start_response(status, [*headers, ("Content-Length", str(len(body)))])
-                return [body]
+                return _send(start_response, *throttling_response(service_of(environ)))
+        if emu is not None:
+            service = service_of(environ)
+            if service == "ebs":
+                snapshot_id = ebs_direct.list_snapshot_blocks_path(environ)
+                if snapshot_id is not None and not self._direct_api_snapshot(snapshot_id):
+                    return _send(
+                        start_response,
+                        *ebs_direct.answer(snapshot_id, environ, lambda s: self._snapshot(emu, s)),
+                    )
+            if (service in ("s3", "")) and s3_twin.is_sigv2(environ):
+                return _send(start_response, *s3_twin.sigv2_refusal())
         return self.app(environ, start_response)  # type: ignore[no-any-return]
+
+    def _direct_api_snapshot(self, snapshot_id: str) -> bool:
+        """A snapshot made with the EBS direct APIs (moto's own `ebs` backend answers it)."""
+        return snapshot_id in ebs_backends[self.account][self.region].snapshots
+
+    def _snapshot(self, emu: st.EmulatorState, snapshot_id: str) -> tuple[str, int, Any] | None:
+        """(state, volume size GiB, sparse file) of one of the twin's EC2 snapshots."""
+        snapshot = ec2_backends[self.account][self.region].snapshots.get(snapshot_id)
+        path = emu.snapshot_files.get(snapshot_id)
+        if snapshot is None or path is None:
+            return None
+        return str(snapshot.status), int(snapshot.volume.size), path
 
     def _control(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
