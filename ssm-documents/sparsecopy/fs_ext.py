@@ -1,17 +1,20 @@
 """ext2/3/4: replay the journal with e2fsck, then read the block bitmaps through dumpe2fs.
 
-Inode-table blocks no inode can occupy count as free, as ``e2image -ra`` treats them: the whole
-table of a group flagged INODE_UNINIT, and in other groups the blocks past the last inode the
-group may have used (inodes per group minus the descriptor's unused-inode count, rounded up to
-whole blocks: the kernel's own bound in ext4_init_inode_table). mke2fs's lazy_itable_init never
-writes those blocks, so on a volume that held data before mkfs (no discard, as on EBS) they keep
-stale bytes until a read-write mount's lazyinit thread zeroes them. Neither the kernel nor e2fsck
-reads them while the group descriptor checksums hold: the kernel zeroes a new inode's buffer
-instead of reading a block whose other inodes are all free, and e2fsck's inode scan stops at the
-unused count. So they are free only when the filesystem has group descriptor checksums
-(metadata_csum or uninit_bg) and the group's checksum is valid (dumpe2fs prints "(EXPECTED
-0x...)" after a checksum that does not match; e2fsck would then reset the flags and the count,
-and scan the whole table).
+Group metadata no reader reads counts as free, as ``e2image -ra`` treats it: the inode-table
+blocks no inode can occupy (the whole table of a group flagged INODE_UNINIT; in other groups the
+blocks past the last inode the group may have used, inodes per group minus the descriptor's
+unused-inode count rounded up to whole blocks: the kernel's own bound in ext4_init_inode_table),
+the inode bitmap of an INODE_UNINIT group and the block bitmap of a BLOCK_UNINIT group. mke2fs
+never writes them (lazy_itable_init; uninitialised bitmaps), so on a volume that held data
+before mkfs (no discard, as on EBS) they keep stale bytes until a read-write mount's lazyinit
+thread zeroes the tables. Neither the kernel nor e2fsck reads them while the group descriptor
+checksums hold: the kernel builds an uninitialised group's bitmaps in memory and zeroes a new
+inode's buffer instead of reading a block whose other inodes are all free; libext2fs does the
+same and e2fsck's inode scan stops at the unused count. So they are free only when the
+filesystem has group descriptor checksums (metadata_csum or uninit_bg) and the group's checksum
+is valid: dumpe2fs prints "(EXPECTED 0x...)" after one that does not match (and then fails
+reading the bitmaps, so the plan copies the partition raw); e2fsck would reset the flags and the
+count and read everything.
 """
 
 import re
@@ -56,10 +59,10 @@ def _field(header: str, name: str) -> str:
     return match.group(1).strip()
 
 
-def unused_inode_tables(dump: str) -> Extents:
-    """Byte ranges of inode-table blocks no inode can occupy, from dumpe2fs's full output;
-    empty without group descriptor checksums. A group whose section is not understood, or whose
-    descriptor checksum does not match, contributes nothing (its table stays allocated)."""
+def unread_group_metadata(dump: str) -> Extents:
+    """Byte ranges of the group metadata no reader reads (see the module's docstring), from
+    dumpe2fs's full output; empty without group descriptor checksums. A group whose section is
+    not understood, or whose descriptor checksum does not match, contributes nothing."""
     if not any(f in _features(dump).split() for f in GROUP_CSUM_FEATURES):
         return []
     block_size = int(_field(dump, "Block size"))
@@ -84,6 +87,10 @@ def unused_inode_tables(dump: str) -> Extents:
         uninit = "INODE_UNINIT" in names
         if last - first + 1 != table_blocks or int(unused.group(1)) > per_group:
             continue
+        for flag, bitmap in (("BLOCK_UNINIT", "Block"), ("INODE_UNINIT", "Inode")):
+            at = re.search(rf"^\s+{bitmap} bitmap at (\d+)\b", section, re.M)
+            if flag in names and at:
+                out.append((int(at.group(1)) * block_size, block_size))
         used_inodes = 0 if uninit else per_group - int(unused.group(1))
         used_blocks = -(-used_inodes // per_block)
         if used_blocks < table_blocks:
@@ -93,8 +100,8 @@ def unused_inode_tables(dump: str) -> Extents:
 
 
 def read_map(device: str) -> ExtMap:
-    """Allocated byte ranges from the block bitmaps less the inode-table blocks no inode can
-    occupy, and whether the filesystem is clean."""
+    """Allocated byte ranges from the block bitmaps less the group metadata no reader reads,
+    and whether the filesystem is clean."""
     out = run(["dumpe2fs", device]).stdout
     block_size = int(_field(out, "Block size"))
     blocks = int(_field(out, "Block count"))
@@ -110,7 +117,7 @@ def read_map(device: str) -> ExtMap:
             first, last = int(lo), int(hi or lo)
             free.append((first * block_size, (last - first + 1) * block_size))
     fs_bytes = blocks * block_size
-    free.extend(unused_inode_tables(out))
+    free.extend(unread_group_metadata(out))
     clean = state == "clean" and "needs_recovery" not in features
     note = "" if clean else f"filesystem state '{state}', features '{features}'"
     return ExtMap(complement(free, 0, fs_bytes), fs_bytes, clean, note)
