@@ -1,9 +1,15 @@
-"""What each filesystem marks allocated, read with the filesystem's own tools.
+"""What a copy of each disk must carry ("needed"), read with the filesystems' own tools.
 
-This is the ground truth for the lower bound and is deliberately independent of the program
-under test: ext4 from `dumpe2fs` (block bitmaps), XFS from `xfs_db freesp -d` (free-space
-btrees and AGFL), NTFS from `ntfscat -i 6` ($Bitmap) plus the backup boot sector after the last
-cluster. Partition-table structures (GPT at both ends, or the MBR sector) count as allocated too.
+This is the ground truth for the lower bound and for "needed" and is deliberately independent of
+the program under test. Needed = the whole disk except what is provably not needed:
+- filesystem partitions: only what the filesystem marks allocated. ext4 from `dumpe2fs` (block
+  bitmaps), less the inode-table blocks no inode can occupy when group checksums are on (the
+  whole table of an INODE_UNINIT group, and past the last possibly-used inode elsewhere, as
+  e2image does); XFS from `xfs_db freesp -d` (free-space btrees and AGFL); NTFS from
+  `ntfscat -i 6` ($Bitmap) plus the backup boot sector after the last cluster;
+- swap partitions: only the header page (the pages are dropped at the next boot);
+- everything else (partition-table structures, raw, LVM and never-written partitions, gaps
+  between partitions, a disk without a table) is needed as a whole, since it may hold anything.
 """
 
 from __future__ import annotations
@@ -11,43 +17,103 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.chunks import Extent, complement, merge, shift, total
-from bench.disk import SECTOR, Layout
+from bench.disk import FILESYSTEMS, SECTOR, Layout, Part
 from bench.system import BenchError, Resources, run
 
 GPT_SECTORS = 34  # protective MBR + header + 32 sectors of entries; the backup is 33 at the end
 
 
+SWAP_PAGE = 4096  # the swap header page (x86-64 page size)
+
+
 @dataclass(frozen=True)
 class Allocation:
-    extents: list[Extent]  # absolute byte ranges on the disk
+    extents: list[Extent]  # needed absolute byte ranges on the disk
     bytes: int
+    fs_bytes: dict[int, int]  # partition number -> bytes its filesystem marks allocated
+    # absolute ranges inside filesystems a faithful copy keeps byte for byte (ext4 backups)
+    verbatim: list[Extent] = field(default_factory=list)
 
 
 def table_extents(layout: Layout) -> list[Extent]:
     if layout.table == "gpt":
         backup = (GPT_SECTORS - 1) * SECTOR
         return [(0, GPT_SECTORS * SECTOR), (layout.size - backup, backup)]
-    return [(0, SECTOR)]
+    if layout.table == "dos":
+        return [(0, SECTOR)]
+    return []
+
+
+def not_needed(part: Part, fs_extents: list[Extent] | None) -> list[Extent]:
+    """Absolute byte ranges of `part` a copy need not carry (`fs_extents`: its filesystem's
+    allocated ranges relative to the partition, None when it holds no filesystem)."""
+    end = part.start + part.size
+    if part.kind in FILESYSTEMS:
+        if fs_extents is None:
+            raise BenchError(f"partition {part.number} ({part.kind}) has no allocation map")
+        return complement(shift(fs_extents, part.start), part.start, end)
+    if part.kind == "swap":
+        return [(part.start + SWAP_PAGE, part.size - SWAP_PAGE)]
+    return []
+
+
+def _block_ranges(line: str) -> list[Extent]:
+    """'7897-8192, 9000' -> [(7897, 296), (9000, 1)] (first block, count)."""
+    ranges = []
+    for item in filter(None, (part.strip() for part in line.split(","))):
+        first, _, last = item.partition("-")
+        ranges.append((int(first), int(last or first) - int(first) + 1))
+    return ranges
+
+
+def unusable_inode_tables(text: str, block_size: int) -> list[Extent]:
+    """Inode-table blocks (first block, count) no inode can occupy, from `dumpe2fs` output.
+
+    Only with group checksums (metadata_csum or uninit_bg): then the kernel and e2fsck trust a
+    group's INODE_UNINIT flag and its unused-inode count and never read past them.
+    """
+    features = re.search(r"^Filesystem features:\s+(.*)$", text, flags=re.MULTILINE)
+    if not features or not {"metadata_csum", "uninit_bg"} & set(features.group(1).split()):
+        return []
+    header = dict(re.findall(r"^([A-Z][\w ]+):\s+(\S+)", text, flags=re.MULTILINE))
+    try:
+        per_group, inode_size = int(header["Inodes per group"]), int(header["Inode size"])
+    except KeyError as err:
+        raise BenchError(f"dumpe2fs output lacks {err}") from err
+    unusable: list[Extent] = []
+    for group in re.split(r"^(?=Group \d+:)", text, flags=re.MULTILINE)[1:]:
+        flags = re.match(r"Group \d+:[^\n\[]*(?:\[([^\]]*)\])?", group)
+        table = re.search(r"^\s+Inode table at (\d+)-(\d+)", group, flags=re.MULTILINE)
+        unused = re.search(r"(\d+) unused inodes", group)
+        if not flags or not table or not unused:
+            raise BenchError(f"dumpe2fs group without inode table or unused count: {group[:60]!r}")
+        first, last = int(table.group(1)), int(table.group(2))
+        if "INODE_UNINIT" in (flags.group(1) or ""):
+            used_blocks = 0
+        else:
+            used = per_group - int(unused.group(1))
+            used_blocks = -(-used * inode_size // block_size)
+        if first + used_blocks <= last:
+            unusable.append((first + used_blocks, last - first - used_blocks + 1))
+    return unusable
 
 
 def parse_dumpe2fs(text: str) -> list[Extent]:
-    """Allocated byte ranges of an ext2/3/4 filesystem from `dumpe2fs` output."""
+    """Needed byte ranges of an ext2/3/4 filesystem from `dumpe2fs` output: every block not
+    listed in a group's `Free blocks:` nor an inode-table block no inode can occupy."""
     header = dict(re.findall(r"^([A-Z][\w ]+):\s+(\S+)", text, flags=re.MULTILINE))
     try:
         block_size = int(header["Block size"])
         block_count = int(header["Block count"])
     except KeyError as err:
         raise BenchError(f"dumpe2fs output lacks {err}; is this an ext filesystem?") from err
-    free: list[Extent] = []
+    free: list[Extent] = unusable_inode_tables(text, block_size)
     for line in re.findall(r"^\s+Free blocks: (.*)$", text, flags=re.MULTILINE):
-        for item in filter(None, (part.strip() for part in line.split(","))):
-            first, _, last = item.partition("-")
-            start = int(first)
-            free.append((start, int(last or first) - start + 1))
+        free += _block_ranges(line)
     allocated = complement(free, 0, block_count)
     return [(start * block_size, length * block_size) for start, length in allocated]
 
@@ -110,28 +176,59 @@ def parse_ntfs(boot_sector: bytes, bitmap: bytes) -> list[Extent]:
     return extents
 
 
-def filesystem_extents(device: str, fs: str) -> list[Extent]:
-    """Allocated byte ranges of the filesystem on `device`, relative to its start."""
+def ext4_backups(text: str) -> list[Extent]:
+    """Byte ranges of the backup superblocks and group descriptors, from `dumpe2fs` output:
+    what `e2fsck -b` recovers from. No tool rewrites them on mount, so a faithful copy of a clean
+    source has them byte for byte."""
+    header = dict(re.findall(r"^([A-Z][\w ]+):\s+(\S+)", text, flags=re.MULTILINE))
+    block_size = int(header.get("Block size", "0"))
+    found: list[Extent] = []
+    for sb, gd_first, gd_last in re.findall(
+        r"^\s+Backup superblock at (\d+), Group descriptors at (\d+)-(\d+)", text, re.MULTILINE
+    ):
+        found.append((int(sb) * block_size, block_size))
+        found.append((int(gd_first) * block_size, (int(gd_last) - int(gd_first) + 1) * block_size))
+    return found
+
+
+def filesystem_extents(device: str, fs: str) -> tuple[list[Extent], list[Extent]]:
+    """(allocated byte ranges, ranges a copy must keep byte for byte) of the filesystem on
+    `device`, relative to its start."""
     if fs == "ext4":
-        return parse_dumpe2fs(run(["dumpe2fs", device]))
+        text = run(["dumpe2fs", device])
+        return parse_dumpe2fs(text), ext4_backups(text)
     if fs == "xfs":
         sb = run(["xfs_db", "-r", "-c", "sb 0", "-c", "p agblocks dblocks blocksize", device])
-        return parse_xfs(sb, run(["xfs_db", "-r", "-c", "freesp -d", device]))
+        return parse_xfs(sb, run(["xfs_db", "-r", "-c", "freesp -d", device])), []
     if fs == "ntfs":
         with open(device, "rb") as f:
             boot = f.read(SECTOR)
         proc = subprocess.run(["ntfscat", "-i", "6", device], capture_output=True, check=False)
         if proc.returncode != 0:
             raise BenchError(f"ntfscat -i 6 {device}: {proc.stderr.decode().strip()}")
-        return parse_ntfs(boot, proc.stdout)
+        return parse_ntfs(boot, proc.stdout), []
     raise BenchError(f"no allocation reader for {fs!r}")
 
 
+def needed_extents(layout: Layout, fs_extents: dict[int, list[Extent]]) -> list[Extent]:
+    """Needed absolute byte ranges: the whole disk less each partition's not-needed part."""
+    free: list[Extent] = []
+    for part in layout.parts:
+        free += not_needed(part, fs_extents.get(part.number))
+    return complement(free, 0, layout.size)
+
+
 def allocation(image: Path, layout: Layout, res: Resources) -> Allocation:
-    device = res.attach(image, offset=layout.part_start, size=layout.part_size, read_only=True)
-    try:
-        in_fs = filesystem_extents(device, layout.fs)
-    finally:
-        res.detach(device)
-    extents = merge(table_extents(layout) + shift(in_fs, layout.part_start))
-    return Allocation(extents=extents, bytes=total(extents))
+    """What a copy of the disk in `image` must carry (see the module's docstring)."""
+    fs_extents: dict[int, list[Extent]] = {}
+    verbatim: list[Extent] = []
+    for part in layout.filesystems():
+        device = res.attach(image, offset=part.start, size=part.size, read_only=True)
+        try:
+            fs_extents[part.number], keep = filesystem_extents(device, part.kind)
+        finally:
+            res.detach(device)
+        verbatim += shift(keep, part.start)
+    extents = needed_extents(layout, fs_extents)
+    fs_bytes = {number: total(extents) for number, extents in fs_extents.items()}
+    return Allocation(extents, total(extents), fs_bytes, merge(verbatim))

@@ -1,6 +1,6 @@
-"""Results: one record per filesystem and method, the issue's targets, text and Markdown tables.
+"""Results: one record per disk and method, the issue's targets, text and Markdown tables.
 
-`python -m bench.report out/bench/results.json` prints the Markdown table for docs/benchmark.md.
+`python -m bench.report out/bench/results.json` prints the Markdown report (out/bench/report.md).
 """
 
 from __future__ import annotations
@@ -11,19 +11,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.methods import ALLOCATED, METHODS, SEED_1M, SEED_512
+from bench.blocks import read_limit
+from bench.disk import FILESYSTEMS
+from bench.methods import (
+    ALLOCATED,
+    BLOCKS,
+    LABELS,
+    PEER_NAMES,
+    SEED_1M,
+    SEED_512,
+    TRIM_METHODS,
+)
 
 MIB = 1024 * 1024
-LABELS = {m.name: m.label for m in METHODS}
+NEVER_WRITTEN = "empty"  # the disk whose block list is empty
+NEVER_WRITTEN_READ_LIMIT = MIB
 
 
 @dataclass
 class Record:
-    filesystem: str
+    disk: str  # "ext4", "xfs", "ntfs" (seed 000's dirty disk) or bench.disk.EXTRA_DISKS
     method: str
     volume_bytes: int
-    allocated_bytes: int
-    lower_bound_chunks: int
+    needed_bytes: int  # what a copy must carry (bench.allocation), whether held or not
+    lower_bound_chunks: int  # chunks with a non-zero needed byte
+    held_bytes: int = 0  # the block list's total: 512 KiB x blocks the snapshot holds
+    held_needed_bytes: int = 0  # bytes both held and needed
     seconds: float | None = None
     source_bytes_read: int | None = None
     target_bytes_written: int | None = None
@@ -33,11 +46,14 @@ class Record:
     error: str | None = None
     # 1-minute load average when the method started: other work on the machine skews seconds
     load_before: float | None = None
+    # from sparsecopy's summary with --source-blocks (None otherwise)
+    held_blocks: int | None = None
+    held_blocks_read: int | None = None
 
 
 @dataclass(frozen=True)
 class Target:
-    filesystem: str
+    disk: str
     goal: str
     measured: float | None
     limit: float | None
@@ -63,81 +79,162 @@ def _why(records: list[Record], *methods: str) -> str:
 
 
 def _check(
-    fs: str, goal: str, unit: str, measured: float | None, limit: float | None, why: str
+    disk: str,
+    goal: str,
+    unit: str,
+    measured: float | None,
+    limit: float | None,
+    why: str,
+    *,
+    strict: bool = False,
 ) -> Target:
     if measured is None or limit is None:
-        return Target(fs, goal, measured, limit, False, f"not measured: {why}", unit)
-    return Target(fs, goal, measured, limit, measured <= limit, "", unit)
+        return Target(disk, goal, measured, limit, False, f"not measured: {why}", unit)
+    met = measured < limit if strict else measured <= limit
+    return Target(disk, goal, measured, limit, met, "", unit)
+
+
+def _faithful_target(disk: str, records: list[Record], method: str) -> Target:
+    goal = f"{method}: copy is faithful (table, raw bytes, fsck, files)"
+    record = next((r for r in records if r.method == method), None)
+    if record is None or record.error:
+        return Target(disk, goal, None, 0, False, f"not measured: {_why(records, method)}", "")
+    note = "; ".join(record.problems)
+    return Target(disk, goal, len(record.problems), 0, record.verified, note, "problems")
+
+
+def _best(records: list[Record], methods: tuple[str, ...], attr: str) -> float | None:
+    values = [getattr(r, attr) for r in records if r.method in methods and r.error is None]
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _seed_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[Target]:
+    """Issue #3's targets on seed 000's dirty disk: the program against the seed method."""
+    base = mine[0]
+    seed512, seed1m = _find(mine, SEED_512), _find(mine, SEED_1M)
+    alone = _why(mine, ALLOCATED)
+    return [
+        _check(
+            disk,
+            f"{ALLOCATED}: source bytes read <= 1.1 x needed bytes",
+            "bytes",
+            alloc.source_bytes_read if alloc else None,
+            1.1 * base.needed_bytes,
+            alone,
+        ),
+        _check(
+            disk,
+            f"{ALLOCATED}: target chunks <= 1.02 x lower bound",
+            "chunks",
+            alloc.target_chunks if alloc else None,
+            1.02 * base.lower_bound_chunks,
+            alone,
+        ),
+        _check(
+            disk,
+            f"{ALLOCATED}: wall time <= 1/3 of (1)",
+            "seconds",
+            alloc.seconds if alloc else None,
+            seed512.seconds / 3 if seed512 and seed512.seconds else None,
+            _why(mine, ALLOCATED, SEED_512),
+        ),
+        _check(
+            disk,
+            f"{ALLOCATED}: wall time <= 2/3 of (2)",
+            "seconds",
+            alloc.seconds if alloc else None,
+            seed1m.seconds * 2 / 3 if seed1m and seed1m.seconds else None,
+            _why(mine, ALLOCATED, SEED_1M),
+        ),
+    ]
+
+
+def _peer_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[Target]:
+    """Issue #8: faster than each peer, reads no more and writes no more chunks than the best."""
+    peers = [r for r in mine if r.method in PEER_NAMES]
+    if not peers:
+        return []
+    names = tuple(r.method for r in peers)
+    targets = [
+        _check(
+            disk,
+            f"{ALLOCATED}: wall time < {peer.method}'s",
+            "seconds",
+            alloc.seconds if alloc else None,
+            peer.seconds if peer.error is None else None,
+            _why(mine, ALLOCATED, peer.method),
+            strict=True,
+        )
+        for peer in peers
+    ]
+    targets += [
+        _check(
+            disk,
+            f"{ALLOCATED}: source bytes read <= best peer's",
+            "bytes",
+            alloc.source_bytes_read if alloc else None,
+            _best(peers, names, "source_bytes_read"),
+            _why(mine, ALLOCATED, *names),
+        ),
+        _check(
+            disk,
+            f"{ALLOCATED}: target chunks <= best peer's",
+            "chunks",
+            alloc.target_chunks if alloc else None,
+            _best(peers, names, "target_chunks"),
+            _why(mine, ALLOCATED, *names),
+        ),
+    ]
+    return targets
 
 
 def evaluate(records: list[Record]) -> list[Target]:
-    """The issue's targets for each filesystem; a target that could not be measured is not met."""
+    """The issues' targets for each disk; a target that could not be measured is not met."""
     targets: list[Target] = []
-    for fs in dict.fromkeys(r.filesystem for r in records):
-        mine = [r for r in records if r.filesystem == fs]
+    for disk in dict.fromkeys(r.disk for r in records):
+        mine = [r for r in records if r.disk == disk]
         base = mine[0]
-        alloc = _find(mine, ALLOCATED) or Record(fs, ALLOCATED, 0, 0, 0, error="missing")
-        seed512, seed1m = _find(mine, SEED_512), _find(mine, SEED_1M)
-        seeds = [r.target_chunks for r in (seed512, seed1m) if r and r.target_chunks is not None]
-        alone = _why(mine, ALLOCATED)
-        faithful_goal = "copy is faithful (files, fsck, partition table)"
-        if alloc.error:
-            faithful = Target(
-                fs, faithful_goal, None, 0, False, f"not measured: {alone}", "problems"
+        alloc, blocks = _find(mine, ALLOCATED), _find(mine, BLOCKS)
+        trims = tuple(m for m in TRIM_METHODS if any(r.method == m for r in mine))
+        best_trim = _best(mine, trims, "target_chunks")
+        targets.append(_faithful_target(disk, mine, ALLOCATED))
+        targets.append(_faithful_target(disk, mine, BLOCKS))
+        if disk in FILESYSTEMS:
+            targets += _seed_targets(disk, mine, alloc)
+        targets += _peer_targets(disk, mine, alloc)
+        for method, record in ((ALLOCATED, alloc), (BLOCKS, blocks)):
+            targets.append(
+                _check(
+                    disk,
+                    f"{method}: target chunks <= trim method's (best of {', '.join(trims)})",
+                    "chunks",
+                    record.target_chunks if record else None,
+                    best_trim,
+                    _why(mine, method, *trims),
+                )
             )
-        else:
-            faithful = Target(
-                fs,
-                faithful_goal,
-                len(alloc.problems),
-                0,
-                alloc.verified,
-                "; ".join(alloc.problems),
-                "problems",
-            )
-        targets += [
-            faithful,
+        targets.append(
             _check(
-                fs,
-                "source bytes read <= 1.1 x allocated bytes",
+                disk,
+                f"{BLOCKS}: source bytes read <= 1.1 x held-and-needed + 1 MiB",
                 "bytes",
-                alloc.source_bytes_read if not alloc.error else None,
-                1.1 * base.allocated_bytes,
-                alone,
-            ),
-            _check(
-                fs,
-                "target chunks <= trim method's (best of (1), (2))",
-                "chunks",
-                alloc.target_chunks,
-                min(seeds) if seeds else None,
-                _why(mine, ALLOCATED, SEED_512, SEED_1M),
-            ),
-            _check(
-                fs,
-                "target chunks <= 1.02 x lower bound",
-                "chunks",
-                alloc.target_chunks,
-                1.02 * base.lower_bound_chunks,
-                alone,
-            ),
-            _check(
-                fs,
-                "wall time <= 1/3 of (1)",
-                "seconds",
-                alloc.seconds,
-                seed512.seconds / 3 if seed512 and seed512.seconds else None,
-                _why(mine, ALLOCATED, SEED_512),
-            ),
-            _check(
-                fs,
-                "wall time <= 2/3 of (2)",
-                "seconds",
-                alloc.seconds,
-                seed1m.seconds * 2 / 3 if seed1m and seed1m.seconds else None,
-                _why(mine, ALLOCATED, SEED_1M),
-            ),
-        ]
+                blocks.source_bytes_read if blocks else None,
+                read_limit(base.held_needed_bytes),
+                _why(mine, BLOCKS),
+            )
+        )
+        if disk == NEVER_WRITTEN:
+            targets.append(
+                _check(
+                    disk,
+                    f"{BLOCKS}: a never-written volume reads <= 1 MiB",
+                    "bytes",
+                    blocks.source_bytes_read if blocks else None,
+                    NEVER_WRITTEN_READ_LIMIT,
+                    _why(mine, BLOCKS),
+                )
+            )
     return targets
 
 
@@ -153,14 +250,16 @@ def _faithful(r: Record) -> str:
 
 def rows(records: list[Record]) -> list[list[str]]:
     header = [
-        "filesystem",
+        "disk",
         "method",
         "seconds",
         "source read MiB",
+        "held MiB",
+        "needed MiB",
+        "held & needed MiB",
         "target written MiB",
         "target chunks",
         "lower bound",
-        "allocated MiB",
         "faithful",
         "load",
     ]
@@ -168,14 +267,16 @@ def rows(records: list[Record]) -> list[list[str]]:
     for r in records:
         body.append(
             [
-                r.filesystem,
+                r.disk,
                 LABELS.get(r.method, r.method),
-                _num(r.seconds, digits=1),
+                _num(r.seconds, digits=2),
                 _num(r.source_bytes_read, MIB, 1),
+                _num(r.held_bytes, MIB, 1),
+                _num(r.needed_bytes, MIB, 1),
+                _num(r.held_needed_bytes, MIB, 1),
                 _num(r.target_bytes_written, MIB, 1),
                 _num(r.target_chunks),
                 _num(r.lower_bound_chunks),
-                _num(r.allocated_bytes, MIB, 1),
                 _faithful(r),
                 _num(r.load_before, digits=1),
             ]
@@ -198,7 +299,7 @@ def markdown_table(table: list[list[str]]) -> str:
 
 def _show(value: float | None, unit: str) -> str:
     if unit == "bytes":
-        return f"{_num(value, MIB, 1)} MiB"
+        return f"{_num(value, MIB, 2)} MiB"
     if unit == "seconds":
         return f"{_num(value, digits=2)} s"
     return f"{_num(value)} {unit}".rstrip()
@@ -207,9 +308,11 @@ def _show(value: float | None, unit: str) -> str:
 def target_lines(targets: list[Target]) -> list[str]:
     lines = []
     for t in targets:
-        status = "met   " if t.met else "MISSED"
-        detail = t.note or f"{_show(t.measured, t.unit)} vs limit {_show(t.limit, t.unit)}"
-        lines.append(f"{status} {t.filesystem:5} {t.goal}: {detail}")
+        status = "PASS" if t.met else "MISS"
+        detail = f"{_show(t.measured, t.unit)} vs limit {_show(t.limit, t.unit)}"
+        if t.note:
+            detail = t.note if t.measured is None else f"{detail}: {t.note}"
+        lines.append(f"{status} {t.disk:12} {t.goal}: {detail}")
     return lines
 
 
@@ -228,27 +331,36 @@ def load(path: Path) -> tuple[dict[str, Any], list[Record], list[Target]]:
     return document["config"], records, [Target(**t) for t in document["targets"]]
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m bench.report out/bench/results.json", file=sys.stderr)
-        return 2
-    config, records, targets = load(Path(argv[0]))
+def markdown_report(config: dict[str, Any], records: list[Record], targets: list[Target]) -> str:
     cap = (
         f"source capped at {config.get('source_mbps') or '-'} MiB/s and "
         f"{config.get('source_iops') or '-'} read IOPS"
         if config.get("source_mbps") or config.get("source_iops")
         else "source not throttled"
     )
-    print(
-        f"{config['date']}: {config['size_bytes'] / MIB:,.0f} MiB per filesystem, {cap}, "
+    met = sum(t.met for t in targets)
+    lines = [
+        f"{config['date']}: {config['size_bytes'] / MIB:,.0f} MiB per disk, {cap}, "
         f"{config['cpus']} CPUs, kernel {config['kernel']}, sparsecopy at {config['program']}, "
         f"whole bench {config['bench_seconds']} s. Load = 1-minute load average when the "
-        "method started.\n"
-    )
-    print(markdown_table(rows(records)))
-    print()
-    for line in target_lines(targets):
-        print(f"- {line}")
+        "method started. Held = the block list's total (512 KiB blocks holding data); needed = "
+        "what the copy must carry (bench/allocation.py); source read = sectors read by the "
+        "source disk's loop device.",
+        "",
+        markdown_table(rows(records)),
+        "",
+        f"{met} of {len(targets)} targets met:",
+        "",
+        *(f"- {line}" for line in target_lines(targets)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m bench.report out/bench/results.json", file=sys.stderr)
+        return 2
+    print(markdown_report(*load(Path(argv[0]))), end="")
     return 0
 
 

@@ -1,7 +1,7 @@
-"""`make bench`: build each dirty disk, copy it with every method, measure, compare, draw.
+"""`make bench`: build each disk, copy it with every method, measure, compare, draw.
 
-Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--jobs N] [--source-mbps N]
-                       [--source-iops N] [--out DIR]
+Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--disks empty,mixed,lvm,stale-itable]
+                       [--jobs N] [--source-mbps N] [--source-iops N] [--out DIR]
 Exit status: 0 all targets met, 2 some target missed, 1 the bench itself failed.
 """
 
@@ -18,12 +18,23 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from bench import figure, report
-from bench.allocation import allocation
+from bench.allocation import Allocation, allocation
+from bench.blocks import held_and_needed, write_block_list
 from bench.chunks import CHUNK, nonzero_chunks, written_chunks
-from bench.disk import FILESYSTEMS, MIB, Layout, build
-from bench.methods import METHODS, PROGRAM, Job, Method, snapshot_program
+from bench.disk import EXTRA_DISKS, FILESYSTEMS, MIB, Disk, Layout, build
+from bench.methods import (
+    BLOCKS,
+    PROGRAM,
+    Job,
+    Method,
+    fsync_device,
+    methods_for,
+    program_accepts_source_blocks,
+    snapshot_program,
+)
 from bench.report import Record
 from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_buffers
 from bench.throttle import throttled_reads
@@ -46,12 +57,22 @@ TOOLS = (
     "dd",
     "ddpt",
     "blockdev",
+    "sgdisk",
+    "mkswap",
+    "e2image",
+    "partclone.ext4",
+    "xfs_copy",
+    "ntfsclone",
+    "partclone.ntfs",
 )
 SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
+MIN_SIZE = 256 * MIB  # small sizes are for developing the bench (mkfs.xfs needs 300 MiB)
+
+
 def parse_size(text: str) -> int:
-    """'2G' -> 2147483648 (binary units); the bench needs at least 1 GiB, in whole MiB."""
+    """'2G' -> 2147483648 (binary units); at least 256 MiB, in whole MiB."""
     text = text.strip().upper().removesuffix("IB").removesuffix("B")
     factor = SUFFIXES.get(text[-1:], 1) if text else 1
     number = text[:-1] if text[-1:] in SUFFIXES else text
@@ -59,8 +80,8 @@ def parse_size(text: str) -> int:
         size = int(float(number) * factor)
     except ValueError:
         raise argparse.ArgumentTypeError(f"size {text!r} is not a number like 2G") from None
-    if size < 1 << 30 or size % MIB:
-        raise argparse.ArgumentTypeError(f"size {text!r} must be at least 1G and whole MiB")
+    if size < MIN_SIZE or size % MIB:
+        raise argparse.ArgumentTypeError(f"size {text!r} must be at least 256M and whole MiB")
     return size
 
 
@@ -74,13 +95,17 @@ def parse_filesystems(text: str) -> list[str]:
     return names
 
 
-def _fsync_device(device: str) -> None:
-    """Make the copy durable on the target, as every method must before it counts as done."""
-    fd = os.open(device, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def parse_disks(text: str) -> list[str]:
+    """The disks besides the dirty one per filesystem: a comma list, or "none"."""
+    if text.strip() == "none":
+        return []
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in EXTRA_DISKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown disk(s) {unknown}; choose from {','.join(EXTRA_DISKS)} or none"
+        )
+    return names
 
 
 class Bench:
@@ -97,41 +122,54 @@ class Bench:
         self.records: list[Record] = []
         self.program = PROGRAM
         self.program_version = "not measured"
+        self.has_source_blocks = False
         self.panels: list[tuple[str, list[figure.Panel]]] = []
 
-    def filesystem(self, fs: str) -> None:
-        print(f"== {fs}: building the dirty disk ({self.size / MIB:,.0f} MiB)", flush=True)
-        disk = build(self.work / f"source-{fs}.img", fs, self.size, self.mount_dir, self.res)
+    def disk(self, name: str) -> None:
+        print(f"== {name}: building the disk ({self.size / MIB:,.0f} MiB)", flush=True)
+        disk = build(name, self.work / f"source-{name}.img", self.size, self.mount_dir, self.res)
         alloc = allocation(disk.image, disk.layout, self.res)
-        live = len(disk.live_files) * disk.file_size
-        # Two of five files are live: the allocated total must cover them but not a third file.
-        if not live <= alloc.bytes <= live + disk.file_size:
-            raise BenchError(
-                f"{fs}: allocation maps say {alloc.bytes} bytes allocated, but the live files "
-                f"hold {live}; the allocation reader is wrong"
-            )
+        check_allocation(disk, alloc)
         lower = nonzero_chunks(disk.image, alloc.extents)
-        source_chunks = written_chunks(disk.image)
+        block_list = self.work / f"blocks-{name}.json"
+        held = write_block_list(disk.image, block_list)
+        held_needed = held_and_needed(held, alloc.extents)
         print(
-            f"   allocated {alloc.bytes / MIB:,.1f} MiB, lower bound {len(lower)} chunks, "
-            f"source has {len(source_chunks)} written chunks",
+            f"   needed {alloc.bytes / MIB:,.1f} MiB, held {len(held) * CHUNK / MIB:,.1f} MiB "
+            f"({len(held)} blocks), held and needed {held_needed / MIB:,.1f} MiB, "
+            f"lower bound {len(lower)} chunks",
             flush=True,
         )
         panels: list[figure.Panel] = [
-            ("source: written (snapshot stores these)", "source", source_chunks),
-            ("lower bound: allocated, non-zero", "bound", lower),
+            ("source: written (snapshot stores these)", "source", held),
+            ("lower bound: needed, non-zero", "bound", lower),
         ]
         source = self.res.attach(disk.image)
         try:
-            for method in METHODS:
-                record = Record(fs, method.name, self.size, alloc.bytes, len(lower))
+            for method in methods_for(disk.layout, seed_verbatim=name in FILESYSTEMS):
+                record = Record(
+                    name,
+                    method.name,
+                    self.size,
+                    needed_bytes=alloc.bytes,
+                    lower_bound_chunks=len(lower),
+                    held_bytes=len(held) * CHUNK,
+                    held_needed_bytes=held_needed,
+                )
                 self.records.append(record)
-                target_image = self.work / f"target-{fs}-{method.name}.img"
-                chunks = self.copy(method, source, disk.layout, target_image, record)
-                if chunks is not None:
+                if method.name == BLOCKS and not self.has_source_blocks:
+                    record.error = "this sparsecopy has no copy --source-blocks option (yet)"
+                    print(f"   {method.label} SKIPPED: {record.error}", flush=True)
+                    continue
+                target_image = self.work / f"target-{name}-{method.name}.img"
+                copy = self.copy(method, source, disk.layout, target_image, record, block_list)
+                if copy is not None:
+                    chunks = written_chunks(copy)
+                    record.target_chunks = len(chunks)
                     panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
-                    record.problems += check_target(disk, target_image, self.mount_dir, self.res)
+                    record.problems += check_target(disk, alloc, copy, self.mount_dir, self.res)
                     record.verified = not record.problems
+                    copy.unlink()
                 target_image.unlink(missing_ok=True)
                 if record.error is None:
                     print(
@@ -140,7 +178,8 @@ class Bench:
         finally:
             self.res.detach(source)
         disk.image.unlink()
-        self.panels.append((fs, panels))
+        block_list.unlink()
+        self.panels.append((name, panels))
 
     def copy(
         self,
@@ -149,8 +188,10 @@ class Bench:
         layout: Layout,
         target_image: Path,
         record: Record,
-    ) -> set[int] | None:
-        """Run one method onto a fresh all-holes target; fill `record`; return written chunks."""
+        block_list: Path,
+    ) -> Path | None:
+        """Run one method onto a fresh all-holes target; fill `record`; return the image file
+        holding the copy (None when the method failed)."""
         target_image.unlink(missing_ok=True)
         with target_image.open("wb") as f:
             f.truncate(self.size)
@@ -161,10 +202,12 @@ class Bench:
             layout=layout,
             scratch=self.work,
             mount_dir=self.mount_dir,
-            log=self.logs / f"{layout.fs}-{method.name}.log",
+            log=self.logs / f"{record.disk}-{method.name}.log",
             jobs=self.jobs,
             res=self.res,
             program=self.program,
+            block_list=block_list,
+            target_file=target_image.with_suffix(".file.img") if method.to_file else None,
         )
         try:
             drop_caches()
@@ -175,15 +218,18 @@ class Bench:
             start = time.monotonic()
             try:
                 with throttled_reads(source, self.source_bps, self.source_iops):
-                    method.copy(job)
-                    _fsync_device(target)
+                    summary = method.copy(job)
+                    fsync_device(target)
                 record.seconds = round(time.monotonic() - start, 2)
+                if summary is not None:
+                    record.held_blocks, record.held_blocks_read = held_counts(summary)
             except BenchError as err:
                 record.error = str(err)
                 print(f"   {method.label} FAILED: {err}", flush=True)
             record.source_bytes_read = IoCounters.of(source).bytes_since(before_source)[0]
             _, written, discarded = IoCounters.of(target).bytes_since(before_target)
-            record.target_bytes_written = written
+            # a method that writes an image file instead has no device counter to read
+            record.target_bytes_written = None if method.to_file else written
             if discarded:
                 # A discard punches holes in the backing file, so chunks written and then
                 # discarded would not be counted here although EBS would keep them.
@@ -192,10 +238,36 @@ class Bench:
         finally:
             self.res.detach(target)
         if record.error is not None:
+            if job.target_file is not None:
+                job.target_file.unlink(missing_ok=True)
             return None
-        chunks = written_chunks(target_image)
-        record.target_chunks = len(chunks)
-        return chunks
+        return job.target_file or target_image
+
+
+def check_allocation(disk: Disk, alloc: Allocation) -> None:
+    """Two of five files are live: each filesystem's allocated total must cover them but not a
+    third file; otherwise the allocation reader is wrong."""
+    for number, files in disk.live_files.items():
+        live = len(files) * disk.file_size
+        fs_bytes = alloc.fs_bytes.get(number, 0)
+        if not live <= fs_bytes <= live + disk.file_size:
+            raise BenchError(
+                f"{disk.name}: allocation maps say {fs_bytes} bytes allocated in partition "
+                f"{number}, but the live files hold {live}; the allocation reader is wrong"
+            )
+
+
+def held_counts(summary: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(held_blocks, held_blocks_read) from sparsecopy's summary: at its top level, or summed
+    over its volume entries; None when absent (the run had no block list)."""
+    entries = summary.get("volumes")
+    sources = entries if isinstance(entries, list) and entries else [summary]
+    counts: list[int | None] = []
+    for key in ("held_blocks", "held_blocks_read"):
+        values = [v.get(key) for v in sources if isinstance(v, dict)]
+        numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        counts.append(sum(numbers) if numbers and len(numbers) == len(values) else None)
+    return counts[0], counts[1]
 
 
 def _git(*args: str) -> str:
@@ -227,6 +299,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=parse_filesystems,
         default=list(FILESYSTEMS),
         help="comma list of filesystems (default ext4,xfs,ntfs)",
+    )
+    parser.add_argument(
+        "--disks",
+        type=parse_disks,
+        default=list(EXTRA_DISKS),
+        help="comma list of the other disks, or none (default empty,mixed,lvm,stale-itable)",
     )
     parser.add_argument(
         "--jobs",
@@ -273,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.program_version = _program_version(PROGRAM)
         bench.program = snapshot_program(bench.work)
-        for fs in args.fs:
-            bench.filesystem(fs)
+        bench.has_source_blocks = program_accepts_source_blocks(bench.program)
+        for name in [*args.fs, *args.disks]:
+            bench.disk(name)
     except BenchError as err:
         failure = str(err)
     finally:
@@ -290,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         "size_bytes": args.size,
         "chunk_bytes": CHUNK,
         "filesystems": args.fs,
+        "disks": args.disks,
         "jobs": args.jobs,
         "source_mbps": args.source_mbps or None,
         "source_iops": args.source_iops or None,
@@ -300,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench_seconds": round(time.monotonic() - started, 1),
     }
     report.save(args.out / "results.json", config, bench.records, targets)
+    (args.out / "report.md").write_text(report.markdown_report(config, bench.records, targets))
     caption = (
         f"512 KiB chunks holding data, {args.size // CHUNK} per volume "
         "(chunk 0 top left, row by row)"
@@ -309,12 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     print(report.text_table(report.rows(bench.records)))
     for record in bench.records:
         if record.error:
-            print(f"{record.filesystem} {record.method} FAILED: {record.error}")
+            print(f"{record.disk} {record.method} FAILED: {record.error}")
     print()
     print("\n".join(report.target_lines(targets)))
     met = sum(t.met for t in targets)
     print(
-        f"\n{met} of {len(targets)} targets met; wrote {args.out}/results.json and "
-        f"{args.out}/chunks.svg in {config['bench_seconds']} s"
+        f"\n{met} of {len(targets)} targets met; wrote {args.out}/results.json, report.md "
+        f"and chunks.svg in {config['bench_seconds']} s"
     )
     return 0 if met == len(targets) else 2

@@ -98,13 +98,27 @@ class Resources:
         self._mounts: list[Path] = []
 
     def attach(
-        self, backing: Path, *, offset: int = 0, size: int | None = None, read_only: bool = False
+        self,
+        backing: Path,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+        read_only: bool = False,
+        direct_io: bool = False,
     ) -> str:
+        """A loop device over `backing` (a file, or another loop device to stack on it).
+
+        `direct_io`: the loop device reads and writes its backing with O_DIRECT, so a device
+        stacked on another passes each request straight through, with no second page cache
+        and no second read-ahead in between.
+        """
         cmd = ["losetup", "--find", "--show", "--offset", str(offset)]
         if size is not None:
             cmd += ["--sizelimit", str(size)]
         if read_only:
             cmd.append("--read-only")
+        if direct_io:
+            cmd.append("--direct-io=on")
         device = run([*cmd, str(backing)]).strip()
         if not device.startswith("/dev/loop"):
             raise BenchError(f"losetup printed {device!r} instead of a loop device for {backing}")

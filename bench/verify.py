@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
-from bench.allocation import table_extents
-from bench.disk import DELETED, DirtyDisk
+from bench.allocation import Allocation
+from bench.blocks import intersect
+from bench.chunks import Extent, complement, data_extents, merge, split_by_chunk
+from bench.disk import DELETED, Disk, Part
 from bench.system import BenchError, Resources
 
 FSCK = {
@@ -26,45 +29,74 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def table_differences(disk: DirtyDisk, target_image: Path) -> list[str]:
-    problems = []
-    with disk.image.open("rb") as src, target_image.open("rb") as dst:
-        for start, length in table_extents(disk.layout):
+def outside_filesystems(needed: Iterable[Extent], parts: Iterable[Part], size: int) -> list[Extent]:
+    """The needed ranges no filesystem partition covers: tables, gaps, swap headers, raw data."""
+    return intersect(needed, complement([(p.start, p.size) for p in parts], 0, size))
+
+
+def byte_differences(source: Path, target: Path, ranges: Iterable[Extent]) -> list[str]:
+    """Where the two images differ inside `ranges` (only where either holds data: holes are
+    zeros on both), one message per 512 KiB chunk, at most five."""
+    with_data = merge(data_extents(source) + data_extents(target))
+    problems: list[str] = []
+    with source.open("rb") as src, target.open("rb") as dst:
+        for _, (start, length) in split_by_chunk(intersect(ranges, with_data)):
             src.seek(start)
             dst.seek(start)
             if src.read(length) != dst.read(length):
-                problems.append(f"partition table bytes {start}..{start + length} differ")
+                problems.append(f"bytes {start}..{start + length} differ")
+                if len(problems) == 5:
+                    problems.append("(more not listed)")
+                    break
     return problems
 
 
-def check_target(disk: DirtyDisk, target_image: Path, mount_dir: Path, res: Resources) -> list[str]:
-    """Problems found on the target (empty = faithful): table, fsck, live files, deleted files."""
-    layout = disk.layout
-    problems = table_differences(disk, target_image)
-    device = res.attach(
-        target_image, offset=layout.part_start, size=layout.part_size, read_only=True
-    )
+def check_filesystem(
+    disk: Disk, part: Part, target_image: Path, mount_dir: Path, res: Resources
+) -> list[str]:
+    """fsck in no-change mode, then the live files' SHA-256 and the deleted files' absence."""
+    problems: list[str] = []
+    device = res.attach(target_image, offset=part.start, size=part.size, read_only=True)
     try:
-        fsck = subprocess.run([*FSCK[layout.fs], device], capture_output=True, text=True)
+        fsck = subprocess.run([*FSCK[part.kind], device], capture_output=True, text=True)
         if fsck.returncode != 0:
             tail = " | ".join((fsck.stdout + fsck.stderr).strip().splitlines()[-2:])
-            problems.append(f"{FSCK[layout.fs][0]} exited {fsck.returncode}: {tail}")
+            problems.append(f"{FSCK[part.kind][0]} exited {fsck.returncode}: {tail}")
         try:
-            res.mount(device, mount_dir, layout.fs, READ_ONLY_MOUNT[layout.fs])
+            res.mount(device, mount_dir, part.kind, READ_ONLY_MOUNT[part.kind])
         except BenchError as err:
-            return [*problems, f"target does not mount: {err}"]
+            return [*problems, f"partition {part.number} does not mount: {err}"]
         try:
-            for name, expected in sorted(disk.live_files.items()):
+            for name, expected in sorted(disk.live_files.get(part.number, {}).items()):
                 path = mount_dir / name
                 if not path.is_file():
                     problems.append(f"{name} is missing")
                 elif file_sha256(path) != expected:
                     problems.append(f"{name} has different content")
-            problems += [
-                f"deleted {name} is back" for name in DELETED if (mount_dir / name).exists()
-            ]
+            if part.number in disk.live_files:
+                problems += [
+                    f"deleted {name} is back" for name in DELETED if (mount_dir / name).exists()
+                ]
         finally:
             res.umount(mount_dir)
     finally:
         res.detach(device)
+    return problems
+
+
+def check_target(
+    disk: Disk, alloc: Allocation, target_image: Path, mount_dir: Path, res: Resources
+) -> list[str]:
+    """Problems found on the target (empty = faithful): every needed byte outside the
+    filesystems (tables, gaps, swap header, raw and never-written partitions) and ext4's backup
+    superblocks and group descriptors equal to the source's; each filesystem fsck-clean with
+    its live files intact and deleted files gone."""
+    filesystems = disk.layout.filesystems()
+    ranges = outside_filesystems(alloc.extents, filesystems, disk.layout.size)
+    problems = byte_differences(disk.image, target_image, ranges)
+    backups = byte_differences(disk.image, target_image, alloc.verbatim)
+    if backups:
+        problems.append(f"ext4 backup superblocks/group descriptors differ: {backups[0]}, ...")
+    for part in filesystems:
+        problems += check_filesystem(disk, part, target_image, mount_dir, res)
     return problems

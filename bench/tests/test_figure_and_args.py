@@ -1,9 +1,13 @@
 import argparse
+from pathlib import Path
 
 import pytest
 
+from bench.allocation import Allocation
+from bench.disk import Disk, Layout, Part
 from bench.figure import cell_fractions, render
-from bench.run import parse_filesystems, parse_size
+from bench.run import check_allocation, held_counts, parse_disks, parse_filesystems, parse_size
+from bench.system import BenchError
 
 
 def test_cells_hold_one_chunk_each_for_small_volumes() -> None:
@@ -29,7 +33,8 @@ def test_size_accepts_binary_suffixes_and_refuses_tiny_or_odd_sizes() -> None:
     assert parse_size("2G") == 2 << 30
     assert parse_size("1536M") == 1536 << 20
     assert parse_size("1GiB") == 1 << 30
-    for bad in ("512M", "abc", "1073741825"):
+    assert parse_size("256M") == 256 << 20
+    for bad in ("255M", "abc", "1073741825"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_size(bad)
 
@@ -38,3 +43,30 @@ def test_filesystems_must_be_known() -> None:
     assert parse_filesystems("xfs,ntfs") == ["xfs", "ntfs"]
     with pytest.raises(argparse.ArgumentTypeError, match="btrfs"):
         parse_filesystems("ext4,btrfs")
+
+
+def test_other_disks_must_be_known_or_none() -> None:
+    assert parse_disks("lvm,empty") == ["lvm", "empty"]
+    assert parse_disks("none") == []
+    with pytest.raises(argparse.ArgumentTypeError, match="raid"):
+        parse_disks("lvm,raid")
+
+
+def test_held_counts_come_from_the_summary_or_its_volumes() -> None:
+    assert held_counts({"held_blocks": 10, "held_blocks_read": 4}) == (10, 4)
+    volumes = {"volumes": [{"held_blocks": 10, "held_blocks_read": 4}, {"held_blocks": 1}]}
+    assert held_counts(volumes) == (11, None)  # one volume lacks the count: not summed
+    assert held_counts({"held_blocks": None, "held_blocks_read": None}) == (None, None)
+    assert held_counts({"source_bytes_read": 5}) == (None, None)
+
+
+MIB = 1 << 20
+
+
+def test_the_allocation_reader_must_see_the_live_files_and_not_a_third() -> None:
+    layout = Layout("gpt", 64 * MIB, (Part(1, "ext4", MIB, 62 * MIB),))
+    disk = Disk("ext4", Path("x.img"), layout, 10 * MIB, {1: {"test2": "a", "test4": "b"}})
+    check_allocation(disk, Allocation([], 0, {1: 21 * MIB}))
+    for wrong in (19 * MIB, 31 * MIB):
+        with pytest.raises(BenchError, match="allocation reader is wrong"):
+            check_allocation(disk, Allocation([], 0, {1: wrong}))
