@@ -15,6 +15,7 @@ from typing import Any
 
 ZONES = ("a", "b", "c", "d", "e", "f")
 STATE_MACHINE = "AWS::StepFunctions::StateMachine"
+BUCKET = "AWS::S3::Bucket"
 
 
 class TemplateError(Exception):
@@ -56,6 +57,9 @@ class Deployment:
     definition: dict[str, Any] = field(default_factory=dict)
     document_name: str = ""
     overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    # S3 buckets of the stack: logical id -> bucket name; bucket name -> its bucket policy
+    buckets: dict[str, str] = field(default_factory=dict)
+    bucket_policies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load_template(cdk_out: Path) -> tuple[str, dict[str, Any]]:
@@ -130,6 +134,8 @@ class Resolver:
             return self.d.arns[name].rsplit(":", 1)[-1]
         if name in self.d.physical and attr in ("GroupId", "LogGroupName", "Name"):
             return self.d.physical[name]
+        if name in self.d.buckets:
+            return self.bucket_att(self.d.buckets[name], attr)
         resource = self.resources.get(name)
         if resource is None:
             raise TemplateError(f"Fn::GetAtt of unknown resource {name}")
@@ -139,6 +145,19 @@ class Resolver:
             if attr == "Arn"
             else f"{self.d.stack_name}-{name}-{attr}"
         )
+
+    def bucket_att(self, bucket: str, attr: str) -> str:
+        region = self.d.region
+        values = {
+            "Arn": f"arn:aws:s3:::{bucket}",
+            "DomainName": f"{bucket}.s3.amazonaws.com",
+            "RegionalDomainName": f"{bucket}.s3.{region}.amazonaws.com",
+            "DualStackDomainName": f"{bucket}.s3.dualstack.{region}.amazonaws.com",
+            "WebsiteURL": f"http://{bucket}.s3-website-{region}.amazonaws.com",
+        }
+        if attr not in values:
+            raise TemplateError(f"Fn::GetAtt {attr} of a bucket is not supported by the twin")
+        return values[attr]
 
     def condition(self, name: str) -> bool:
         return bool(self.resolve(self.template["Conditions"][name]))

@@ -1,8 +1,21 @@
-"""Deploys the synthesized stack into the emulator, as far as the workflow needs it."""
+"""Deploys the synthesized stack into the emulator, as far as the workflow needs it.
+
+Custom resources are not run: the AwsCustomResource (Custom::AWS) lookups and CDK's
+Custom::S3AutoDeleteObjects (which empties a bucket when the stack is deleted; the twin never
+deletes the stack) are left out, their provider functions are registered like any function and
+never invoked. S3 buckets are created in moto's S3 with their encryption, public access block,
+ownership, versioning, tags and lifecycle (decoration: the twin does not expire objects). Their
+AWS::S3::BucketPolicy is resolved (Deployment.bucket_policies) but not put on moto's bucket: moto
+enforces a bucket policy's Deny statements without their conditions, so the enforce-SSL statement
+would refuse every request; the IAM check judges each S3 call against the policy with its
+conditions instead (twin/iam/check.py).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +59,80 @@ def _image_for_launch_template(emu: Emulator, image_id: str) -> str:
     return str(linux[0]["ImageId"])
 
 
+def bucket_name(stack_name: str, logical: str) -> str:
+    """A bucket name the way CloudFormation generates one: stack and logical id, lower case, with
+    a unique suffix, at most 63 characters of [a-z0-9-]."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", f"{stack_name}-{logical}".lower()).strip("-")[:49]
+    suffix = hashlib.sha256(f"{stack_name}/{logical}".encode()).hexdigest()[:12]
+    return f"{stem}-{suffix}"
+
+
+def _lifecycle_rules(logical: str, config: dict[str, Any]) -> list[dict[str, Any]]:
+    rules = []
+    for i, rule in enumerate(config.get("Rules", [])):
+        unknown = set(rule) - {
+            "Id", "Status", "Prefix", "ExpirationInDays", "AbortIncompleteMultipartUpload",
+        }  # fmt: skip
+        if unknown:
+            raise TemplateError(f"{logical}: lifecycle rule fields {sorted(unknown)} not supported")
+        out: dict[str, Any] = {
+            "ID": rule.get("Id", f"rule-{i}"),
+            "Status": rule["Status"],
+            "Filter": {"Prefix": rule.get("Prefix", "")},
+        }
+        if "ExpirationInDays" in rule:
+            out["Expiration"] = {"Days": int(rule["ExpirationInDays"])}
+        if "AbortIncompleteMultipartUpload" in rule:
+            days = rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"]
+            out["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": int(days)}
+        rules.append(out)
+    return rules
+
+
+_SSE_NAMES = {"ServerSideEncryptionByDefault": "ApplyServerSideEncryptionByDefault"}
+_BUCKET_PROPERTIES = {
+    "BucketEncryption", "PublicAccessBlockConfiguration", "LifecycleConfiguration", "Tags",
+    "OwnershipControls", "VersioningConfiguration",
+}  # fmt: skip
+
+
+def _deploy_bucket(emu: Emulator, r: Resolver, logical: str, name: str, res: Any) -> None:
+    props = r.resolve(res.get("Properties", {}))
+    unknown = set(props) - _BUCKET_PROPERTIES
+    if unknown:
+        raise TemplateError(
+            f"{logical}: bucket properties {sorted(unknown)} not supported by the twin"
+        )
+    s3 = emu.boto3_client("s3")
+    s3.create_bucket(Bucket=name)
+    if "BucketEncryption" in props:
+        # CloudFormation's ServerSideEncryptionByDefault is the API's ApplyServerSideEncryption...
+        rules = [
+            {_SSE_NAMES.get(k, k): v for k, v in rule.items()}
+            for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        ]
+        s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
+    if "PublicAccessBlockConfiguration" in props:
+        s3.put_public_access_block(
+            Bucket=name, PublicAccessBlockConfiguration=props["PublicAccessBlockConfiguration"]
+        )
+    if "OwnershipControls" in props:
+        s3.put_bucket_ownership_controls(Bucket=name, OwnershipControls=props["OwnershipControls"])
+    if "VersioningConfiguration" in props:
+        s3.put_bucket_versioning(
+            Bucket=name, VersioningConfiguration=props["VersioningConfiguration"]
+        )
+    if props.get("Tags"):
+        s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": props["Tags"]})
+    if "LifecycleConfiguration" in props:
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=name,
+            LifecycleConfiguration={
+                "Rules": _lifecycle_rules(logical, props["LifecycleConfiguration"])
+            },
+        )
+
+
 def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     stack_name, template = load_template(cdk_out)
     d = Deployment(stack_name=stack_name, region=emu.region, account=emu.account)
@@ -63,6 +150,20 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
         d.physical[logical] = f"arn:aws:states:{d.region}:{d.account}:stateMachine:{name}"
         d.arns[logical] = d.physical[logical]
         d.state_machine_arn, d.state_machine_name = d.physical[logical], name
+    for logical in resources_of(template, "AWS::S3::Bucket"):
+        name = template["Resources"][logical].get("Properties", {}).get("BucketName")
+        name = name if isinstance(name, str) else bucket_name(stack_name, logical)
+        d.physical[logical] = d.buckets[logical] = name
+        d.arns[logical] = f"arn:aws:s3:::{name}"
+
+    for logical, res in resources_of(template, "AWS::S3::Bucket").items():
+        _deploy_bucket(emu, r, logical, d.buckets[logical], res)
+    for logical, res in resources_of(template, "AWS::S3::BucketPolicy").items():
+        props = r.resolve(res["Properties"])
+        if props["Bucket"] not in d.buckets.values():
+            raise TemplateError(f"{logical}: a policy of bucket {props['Bucket']}, not the stack's")
+        d.bucket_policies[props["Bucket"]] = props["PolicyDocument"]
+        d.physical[logical] = props["Bucket"]
 
     for logical, res in resources_of(template, "AWS::EC2::VPC").items():
         cidr = r.resolve(res["Properties"].get("CidrBlock", "10.0.0.0/16"))

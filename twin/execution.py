@@ -150,7 +150,7 @@ def execute(
         arn: {
             "name": f.name,
             "handler": f.handler,
-            "env": {**f.env, **env_common},
+            "env": {**f.env, **env_common, **emu.function_credentials(f.name)},
             "codeDir": str(f.code_dir),
             "memory": f.memory,
         }

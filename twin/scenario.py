@@ -26,6 +26,7 @@ from .emulator import boot
 from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.ec2_twin import boot_disk
 from .emulator.faults import FAULTS, FaultError, FaultList, Faults, StateFault, parse, state_faults
+from .emulator.s3_twin import objects_left
 from .emulator.server import Emulator
 from .eventbridge import deliveries, status_change_event
 from .execution import ExecutionResult, Machine, execute, invoke_function, main_machine
@@ -54,6 +55,7 @@ FSR_ZONE = "us-east-1a"
 THROTTLED_CALLS = 2  # per function; the stack's Lambda retriers allow more attempts than this
 END_STATUSES_CLEANED = ("FAILED", "TIMED_OUT", "ABORTED")
 TAG_DELIVERIES = 2  # EventBridge delivers at least once: the twin delivers the tag event twice
+OBJECT_LEAK = "object "  # how a leaked S3 object is named in `leaks`
 
 
 @dataclass
@@ -431,6 +433,9 @@ def _leaks(emu: Emulator, name: str, keep_snapshots: set[str], keep_image: str |
         ):
             leaks.append(f"image {image_id}")
     leaks += [f"loop device {dev}" for dev in emu.state.loops.attached]
+    # Objects in the stack's buckets (the source-blocks lists): teardown deletes an execution's
+    # objects on every path, so after the run (and its cleanup path) none may be left.
+    leaks += [f"{OBJECT_LEAK}{url}" for url in objects_left(emu.account)]
     # Also what the kernel still holds, e.g. a device a killed program stacked on a volume.
     leaks += [
         f"kernel loop device {dev}"
@@ -660,6 +665,8 @@ def _run_in(ctx: Context, started: float) -> dict[str, Any]:
         "fsck_clean": bool(verification) and all(v["fsck_clean"] for v in verification),
         "verification": verification,
         "leaked_resources": len(leaks),
+        # S3 objects among them (counted in leaked_resources too)
+        "leaked_objects": sum(1 for leak in leaks if leak.startswith(OBJECT_LEAK)),
         "leaks": leaks,
         "source_snapshot_unchanged": unchanged,
         "instances_launched": len(emu.state.instances_launched),

@@ -6,7 +6,9 @@ attached (only those) and deletes its files, also when the body failed.
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import logging
 import shutil
 import sys
@@ -79,7 +81,12 @@ class Emulator:
         self._server = _TwinServer(self.account, self.region)
         self._server.start()
         self.iam_recorder = iam_recorder.install(
-            self._server, self.calls_path, self.region, self.account, self.ec2
+            self._server,
+            self.calls_path,
+            self.region,
+            self.account,
+            self.ec2,
+            callers_by_key=self.state.access_keys,
         )
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
@@ -117,6 +124,20 @@ class Emulator:
             "AWS_SESSION_TOKEN": "testing",
             "AWS_REGION": self.region,
             "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def function_credentials(self, function_name: str) -> dict[str, str]:
+        """The environment credentials of one Lambda function: an access key of its own (as each
+        execution role's session has), so that a URL it presigns names it (X-Amz-Credential) and
+        the IAM check judges the URL's use by that function's role."""
+        digest = hashlib.sha256(function_name.encode()).digest()
+        key = "ASIATWIN" + base64.b32encode(digest).decode()[:12]
+        with self.state.lock:
+            self.state.access_keys[key] = function_name
+        return {
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
         }
 
     def boto3_client(self, service: str) -> Any:

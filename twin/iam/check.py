@@ -7,7 +7,9 @@ template implies (iam:PassRole of the instance profile's role, ssm:GetParameters
 image), go through @cloud-copilot/iam-simulate (check.mjs) with the policies of the caller's
 role as the template gives them (inline, AWS::IAM::Policy, AWS::IAM::ManagedPolicy and AWS
 managed policies), with
-the twin's physical names and ARNs substituted (twin/cfn.py).
+the twin's physical names and ARNs substituted (twin/cfn.py). An S3 call on a bucket of the stack is
+also judged against the bucket's policy (AWS::S3::BucketPolicy) as its resource policy: an explicit
+deny there (enforce-SSL, say) denies the call.
 """
 
 from __future__ import annotations
@@ -115,6 +117,21 @@ def _launch_template_extras(
     return role_arn, parameter_arn
 
 
+def bucket_policies(template: dict[str, Any], r: Resolver) -> dict[str, dict[str, Any]]:
+    """Bucket name -> its bucket policy (AWS::S3::BucketPolicy), intrinsics resolved."""
+    out: dict[str, dict[str, Any]] = {}
+    for policy in resources_of(template, "AWS::S3::BucketPolicy").values():
+        props = policy["Properties"]
+        out[str(r.resolve(props["Bucket"]))] = r.resolve(props["PolicyDocument"])
+    return out
+
+
+def _bucket_of(resource: str) -> str | None:
+    if not resource.startswith("arn:aws:s3:::"):
+        return None
+    return resource.removeprefix("arn:aws:s3:::").split("/", 1)[0]
+
+
 def load_calls(recording_path: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for line in Path(recording_path).read_text().splitlines() if line.strip()
@@ -133,6 +150,7 @@ def check_calls(
     _, template = load_template(cdk_out or _cdk_out(deployment))
     r = _IamResolver(template, deployment, params=Resolver.parameter_values(template))
     by_role = role_policies(template, r)
+    buckets = bucket_policies(template, r)
     # ssm:GetParameters of the public AMI parameter is not simulated: its ARN has no account, which
     # iam-simulate's ARN validation rejects (stack.test.ts checks that statement statically).
     instance_role, _ = _launch_template_extras(template, r, deployment.region)
@@ -158,7 +176,11 @@ def check_calls(
             contexts, instance_role_arn=instance_role, ami_parameter_arn=None
         )
         for c in contexts:
-            requests.append({"id": len(requests), "caller": caller, **c.as_json()})
+            request: dict[str, Any] = {"id": len(requests), "caller": caller, **c.as_json()}
+            bucket = _bucket_of(c.resource)
+            if bucket in buckets:
+                request["resourcePolicy"] = buckets[bucket]
+            requests.append(request)
             meta.append((caller, call))
     if not requests:
         return denials

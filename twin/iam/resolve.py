@@ -492,6 +492,119 @@ RESOLVERS["states:DescribeExecution"] = _execution_for("states:DescribeExecution
 RESOLVERS["states:StopExecution"] = _execution_for("states:StopExecution")
 
 
+@resolver("ebs:ListSnapshotBlocks")
+def _list_snapshot_blocks(p: dict[str, Any], s: State) -> list[Context]:
+    """EBS direct APIs authorize the EC2 snapshot ARN (arn:aws:ec2:REGION::snapshot/ID); the
+    condition keys are the global aws:ResourceTag/* ones (iam-data lists no ebs: keys)."""
+    snapshot = p["SnapshotId"]
+    return [
+        _ctx(
+            "ebs:ListSnapshotBlocks",
+            "snapshot",
+            s.ec2_arn("snapshot", snapshot, ""),
+            s,
+            resource_tags(s.tags(snapshot), ("aws",)),
+        )
+    ]
+
+
+# --- S3 -------------------------------------------------------------------------------------------
+
+
+def _s3_common(p: dict[str, Any]) -> dict[str, Any]:
+    """Request context every S3 call carries. The twin talks plain HTTP to its emulator, the
+    Lambdas and the instance talk HTTPS to S3 (a presigned URL made in AWS is https://): the
+    stack's enforce-SSL bucket policy is judged with aws:SecureTransport true."""
+    presigned = bool(p.get("Presigned"))
+    return {
+        "aws:SecureTransport": "true",
+        "s3:authType": "REST-QUERY-STRING" if presigned else "REST-HEADER",
+        "s3:signatureversion": "AWS4-HMAC-SHA256",
+    }
+
+
+def _s3_why(p: dict[str, Any]) -> str:
+    return "a presigned URL signed with this function's key" if p.get("Presigned") else ""
+
+
+def _bucket_arn(bucket: str) -> str:
+    return f"arn:aws:s3:::{bucket}"
+
+
+def _object_arn(bucket: str, key: str) -> str:
+    return f"arn:aws:s3:::{bucket}/{key}"
+
+
+def _s3_object(action: str) -> Resolver:
+    def fn(p: dict[str, Any], s: State) -> list[Context]:
+        arn = _object_arn(p["Bucket"], p["Key"])
+        return [_ctx(action, "object", arn, s, _s3_common(p), _s3_why(p))]
+
+    return fn
+
+
+for _name, _action in (
+    ("GetObject", "s3:GetObject"),
+    ("HeadObject", "s3:GetObject"),
+    ("PutObject", "s3:PutObject"),
+    ("CreateMultipartUpload", "s3:PutObject"),
+    ("UploadPart", "s3:PutObject"),
+    ("CompleteMultipartUpload", "s3:PutObject"),
+    ("AbortMultipartUpload", "s3:AbortMultipartUpload"),
+    ("ListParts", "s3:ListMultipartUploadParts"),
+    ("DeleteObject", "s3:DeleteObject"),
+):
+    RESOLVERS[f"s3:{_name}"] = _s3_object(_action)
+
+
+@resolver("s3:CopyObject")
+def _copy_object(p: dict[str, Any], s: State) -> list[Context]:
+    source_bucket, _, source_key = p["CopySource"].lstrip("/").partition("/")
+    source_key = source_key.split("?versionId=", 1)[0]
+    return [
+        _ctx("s3:PutObject", "object", _object_arn(p["Bucket"], p["Key"]), s, _s3_common(p)),
+        _ctx(
+            "s3:GetObject",
+            "object",
+            _object_arn(source_bucket, source_key),
+            s,
+            _s3_common(p),
+            why="the copy source of CopyObject",
+        ),
+    ]
+
+
+@resolver("s3:DeleteObjects")
+def _delete_objects(p: dict[str, Any], s: State) -> list[Context]:
+    """DeleteObjects authorizes s3:DeleteObject on each key it names."""
+    return [
+        _ctx(
+            "s3:DeleteObject",
+            "object",
+            _object_arn(p["Bucket"], key),
+            s,
+            _s3_common(p),
+            why="a key of DeleteObjects",
+        )
+        for key in p.get("Keys", [])
+    ]
+
+
+@resolver("s3:ListObjectsV2", "s3:ListObjects", "s3:HeadBucket")
+def _list_bucket(p: dict[str, Any], s: State) -> list[Context]:
+    context = _s3_common(p)
+    keys = (("Prefix", "s3:prefix"), ("MaxKeys", "s3:max-keys"), ("Delimiter", "s3:delimiter"))
+    for name, key in keys:
+        if name in p:
+            context[key] = p[name]
+    return [_ctx("s3:ListBucket", "bucket", _bucket_arn(p["Bucket"]), s, context, _s3_why(p))]
+
+
+@resolver("s3:GetBucketLocation")
+def _bucket_location(p: dict[str, Any], s: State) -> list[Context]:
+    return [_ctx("s3:GetBucketLocation", "bucket", _bucket_arn(p["Bucket"]), s, _s3_common(p))]
+
+
 def contexts(service: str, action: str, params: dict[str, Any], state: State) -> list[Context]:
     """Every authorization one recorded call needs (raises UnmodelledCall if none is modelled)."""
     name = f"{service}:{action}"
