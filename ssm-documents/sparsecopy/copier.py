@@ -105,6 +105,12 @@ def read_units(extents: Extents, merge_gap: int) -> list[Unit]:
     return units
 
 
+def _wanted(parts: tuple[tuple[int, int], ...]) -> int:
+    """Bytes of a unit's wanted parts: what progress counts (the extents' total), without the
+    gaps a merged read also fetches."""
+    return sum(hi - lo for lo, hi in parts)
+
+
 class Copier:
     """Copies extents from one descriptor to another, ``jobs`` requests at a time."""
 
@@ -172,7 +178,7 @@ class Copier:
         with self._lock:
             self.bytes_read += length
             self.bytes_written += written
-        return length
+        return _wanted(parts)
 
     def _compare_unit(self, a: int, b: int, unit: Unit, shift: int) -> int:
         offset, length, parts = unit
@@ -195,7 +201,7 @@ class Copier:
         finally:
             view_a.release()
             view_b.release()
-        return length
+        return _wanted(parts)
 
     def _run(
         self,
