@@ -87,11 +87,12 @@ def _check(
     why: str,
     *,
     strict: bool = False,
+    note: str = "",
 ) -> Target:
     if measured is None or limit is None:
         return Target(disk, goal, measured, limit, False, f"not measured: {why}", unit)
     met = measured < limit if strict else measured <= limit
-    return Target(disk, goal, measured, limit, met, "", unit)
+    return Target(disk, goal, measured, limit, met, note, unit)
 
 
 def _faithful_target(disk: str, records: list[Record], method: str) -> Target:
@@ -150,12 +151,26 @@ def _seed_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
     ]
 
 
+def _unfaithful_note(peers: list[Record], attr: str, unit: str) -> str:
+    """The peers left out of "best peer" because their copy failed verification."""
+    left_out = [r for r in peers if r.error is None and not r.verified]
+    if not left_out:
+        return ""
+    shown = ", ".join(f"{r.method} {_show(getattr(r, attr), unit)}" for r in left_out)
+    return f"not counted, copy not faithful: {shown}"
+
+
 def _peer_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[Target]:
-    """Issue #8: faster than each peer, reads no more and writes no more chunks than the best."""
+    """Issue #8: faster than each peer; reads no more and writes no more chunks than the best
+    peer whose copy is faithful (a peer that leaves out what the filesystem needs, e.g. ext4's
+    backup superblocks or NTFS's backup boot sector, does not set the bar; the note names it)."""
     peers = [r for r in mine if r.method in PEER_NAMES]
     if not peers:
         return []
     names = tuple(r.method for r in peers)
+    faithful = [r for r in peers if r.verified]
+    faithful_names = tuple(r.method for r in faithful)
+    why = _why(mine, ALLOCATED, *names) if faithful else "no peer made a faithful copy"
     targets = [
         _check(
             disk,
@@ -171,19 +186,21 @@ def _peer_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
     targets += [
         _check(
             disk,
-            f"{ALLOCATED}: source bytes read <= best peer's",
+            f"{ALLOCATED}: source bytes read <= best faithful peer's",
             "bytes",
             alloc.source_bytes_read if alloc else None,
-            _best(peers, names, "source_bytes_read"),
-            _why(mine, ALLOCATED, *names),
+            _best(faithful, faithful_names, "source_bytes_read"),
+            why,
+            note=_unfaithful_note(peers, "source_bytes_read", "bytes"),
         ),
         _check(
             disk,
-            f"{ALLOCATED}: target chunks <= best peer's",
+            f"{ALLOCATED}: target chunks <= best faithful peer's",
             "chunks",
             alloc.target_chunks if alloc else None,
-            _best(peers, names, "target_chunks"),
-            _why(mine, ALLOCATED, *names),
+            _best(faithful, faithful_names, "target_chunks"),
+            why,
+            note=_unfaithful_note(peers, "target_chunks", "chunks"),
         ),
     ]
     return targets

@@ -223,7 +223,7 @@ class Bench:
                 record.seconds = round(time.monotonic() - start, 2)
                 if summary is not None:
                     record.held_blocks, record.held_blocks_read = held_counts(summary)
-            except BenchError as err:
+            except (BenchError, OSError) as err:
                 record.error = str(err)
                 print(f"   {method.label} FAILED: {err}", flush=True)
             record.source_bytes_read = IoCounters.of(source).bytes_since(before_source)[0]

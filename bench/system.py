@@ -90,6 +90,26 @@ def fuse_daemons(mount_dir: Path) -> list[int]:
     return pids
 
 
+def absorb_stale_write_error(device: str) -> None:
+    """Consume a write error left unreported on this loop device number by an earlier user.
+
+    A block device's page cache outlives detaching: a write error someone else's I/O left on
+    /dev/loopN and that nobody fsync'ed is reported to the next file that opens loopN (a new
+    opener samples the error as unseen), e.g. to a loop device stacked on it, whose flushes then
+    fail with EIO. One fsync right after attaching marks it seen; what it returns is not ours.
+    """
+    try:
+        fd = os.open(device, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class Resources:
     """Loop devices and mounts this bench set up, released in reverse order by close()."""
 
@@ -123,6 +143,7 @@ class Resources:
         if not device.startswith("/dev/loop"):
             raise BenchError(f"losetup printed {device!r} instead of a loop device for {backing}")
         self._loops[device] = (backing, offset)
+        absorb_stale_write_error(device)
         return device
 
     def detach(self, device: str) -> None:

@@ -80,10 +80,10 @@ def test_the_program_must_beat_every_peer() -> None:
     assert "allocated: wall time < partclone.ext4's" not in missed
     greedy = good_run()
     greedy[4].source_bytes_read = 451 * MIB  # more than e2image's 450
-    assert not goals(greedy)["allocated: source bytes read <= best peer's"]
+    assert not goals(greedy)["allocated: source bytes read <= best faithful peer's"]
     wide = good_run()
     wide[2].target_chunks = 804  # e2image writes fewer chunks
-    assert not goals(wide)["allocated: target chunks <= best peer's"]
+    assert not goals(wide)["allocated: target chunks <= best faithful peer's"]
 
 
 def test_a_failed_peer_leaves_its_targets_missed_with_the_reason() -> None:
@@ -93,7 +93,7 @@ def test_a_failed_peer_leaves_its_targets_missed_with_the_reason() -> None:
     assert not targets["allocated: wall time < e2image's"].met
     assert "e2image failed" in targets["allocated: wall time < e2image's"].note
     # the best of the remaining peers still counts
-    assert targets["allocated: source bytes read <= best peer's"].limit == 460 * MIB
+    assert targets["allocated: source bytes read <= best faithful peer's"].limit == 460 * MIB
 
 
 def test_without_the_block_list_option_its_targets_are_missed_not_hidden() -> None:
@@ -164,3 +164,20 @@ def test_results_round_trip_through_json_and_render_as_markdown(tmp_path: Path) 
     )
     text = markdown_report(loaded_config, loaded, loaded_targets)
     assert "13 of 13 targets met" in text and text.count("\n- PASS ") == 13
+
+
+def test_an_unfaithful_peer_does_not_set_the_bar_and_is_named() -> None:
+    records = good_run()
+    records[2].target_chunks, records[2].source_bytes_read = 790, 300 * MIB
+    records[2].verified, records[2].problems = False, ["backup superblocks differ"]
+    targets = {t.goal: t for t in evaluate(records)}
+    chunks = targets["allocated: target chunks <= best faithful peer's"]
+    assert chunks.met and chunks.limit == 830
+    assert chunks.note == "not counted, copy not faithful: e2image 790 chunks"
+    reads = targets["allocated: source bytes read <= best faithful peer's"]
+    assert reads.met and reads.limit == 460 * MIB and "e2image 300.00 MiB" in reads.note
+    assert "not counted" in target_lines([chunks])[0]
+    records[3].verified = False  # no faithful peer left: not measured, so missed
+    targets = {t.goal: t for t in evaluate(records)}
+    chunks = targets["allocated: target chunks <= best faithful peer's"]
+    assert not chunks.met and "no peer made a faithful copy" in chunks.note
