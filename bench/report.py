@@ -37,7 +37,8 @@ class Record:
     lower_bound_chunks: int  # chunks with a non-zero needed byte
     held_bytes: int = 0  # the block list's total: 512 KiB x blocks the snapshot holds
     held_needed_bytes: int = 0  # bytes both held and needed
-    seconds: float | None = None
+    seconds: float | None = None  # the median of seconds_runs
+    seconds_runs: list[float] = field(default_factory=list)  # each run's (--repeat)
     source_bytes_read: int | None = None
     target_bytes_written: int | None = None
     target_chunks: int | None = None
@@ -359,7 +360,8 @@ def markdown_report(config: dict[str, Any], records: list[Record], targets: list
     lines = [
         f"{config['date']}: {config['size_bytes'] / MIB:,.0f} MiB per disk, {cap}, "
         f"{config['cpus']} CPUs, kernel {config['kernel']}, sparsecopy at {config['program']}, "
-        f"whole bench {config['bench_seconds']} s. Load = 1-minute load average when the "
+        f"whole bench {config['bench_seconds']} s, seconds = median of "
+        f"{config.get('repeat', 1)} run(s). Load = 1-minute load average when the "
         "method started. Held = the block list's total (512 KiB blocks holding data); needed = "
         "what the copy must carry (bench/allocation.py); source read = sectors read by the "
         "source disk's loop device.",

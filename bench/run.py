@@ -1,7 +1,7 @@
 """`make bench`: build each disk, copy it with every method, measure, compare, draw.
 
 Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--disks empty,mixed,lvm,stale-itable]
-                       [--jobs N] [--source-mbps N] [--source-iops N] [--out DIR]
+                       [--repeat N] [--jobs N] [--source-mbps N] [--source-iops N] [--out DIR]
 Exit status: 0 all targets met, 2 some target missed, 1 the bench itself failed.
 """
 
@@ -13,6 +13,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -112,6 +113,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, res: Resources) -> None:
         self.size: int = args.size
         self.jobs: int | None = args.jobs
+        self.repeat: int = args.repeat
         self.source_bps: int = args.source_mbps * MIB
         self.source_iops: int = args.source_iops
         self.out: Path = args.out
@@ -162,8 +164,17 @@ class Bench:
                     print(f"   {method.label} SKIPPED: {record.error}", flush=True)
                     continue
                 target_image = self.work / f"target-{name}-{method.name}.img"
-                copy = self.copy(method, source, disk.layout, target_image, record, block_list)
+                copy = None
+                for _ in range(self.repeat):
+                    if copy is not None:
+                        copy.unlink()  # only the last run's copy is checked
+                    copy = self.copy(method, source, disk.layout, target_image, record, block_list)
+                    if copy is None:
+                        break
+                    assert record.seconds is not None
+                    record.seconds_runs.append(record.seconds)
                 if copy is not None:
+                    record.seconds = round(statistics.median(record.seconds_runs), 2)
                     chunks = written_chunks(copy)
                     record.target_chunks = len(chunks)
                     panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
@@ -313,6 +324,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="--jobs for sparsecopy (default: the program's own default)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        choices=range(1, 10),
+        default=1,
+        metavar="N",
+        help="run each method N times; seconds is the median (default 1)",
+    )
+    parser.add_argument(
         "--source-mbps",
         type=int,
         default=0,
@@ -371,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "filesystems": args.fs,
         "disks": args.disks,
         "jobs": args.jobs,
+        "repeat": args.repeat,
         "source_mbps": args.source_mbps or None,
         "source_iops": args.source_iops or None,
         "program": bench.program_version,

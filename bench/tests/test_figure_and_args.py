@@ -6,7 +6,14 @@ import pytest
 from bench.allocation import Allocation
 from bench.disk import Disk, Layout, Part
 from bench.figure import cell_fractions, render
-from bench.run import check_allocation, held_counts, parse_disks, parse_filesystems, parse_size
+from bench.run import (
+    check_allocation,
+    held_counts,
+    parse_args,
+    parse_disks,
+    parse_filesystems,
+    parse_size,
+)
 from bench.system import BenchError
 
 
@@ -70,3 +77,12 @@ def test_the_allocation_reader_must_see_the_live_files_and_not_a_third() -> None
     for wrong in (19 * MIB, 31 * MIB):
         with pytest.raises(BenchError, match="allocation reader is wrong"):
             check_allocation(disk, Allocation([], 0, {1: wrong}))
+
+
+def test_repeat_defaults_to_one_and_is_bounded() -> None:
+    assert parse_args([]).repeat == 1
+    assert parse_args(["--repeat", "3"]).repeat == 3
+    for bad in ("0", "10"):
+        with pytest.raises(SystemExit):
+            parse_args(["--repeat", bad])
+    assert parse_args(["--disks", "none"]).disks == []
