@@ -205,7 +205,9 @@ def e2image_to_file(job: Job) -> Summary:
     """`e2image -ra -O OFFSET` into a new sparse image file: e2image's most compact output. To a
     block device it writes zero blocks too and every inode table whole ("writing to blk device:
     don't skip zeroed blocks"), and to an existing file it does not skip zero blocks either.
-    The table goes into the file after, and the file is extended to the disk's size."""
+    Either way it copies only the primary superblock and group descriptors, not the backups
+    (verification reports that). The table goes into the file after, and the file is extended
+    to the disk's size."""
     part = job.layout.single_filesystem()
     if part is None or job.target_file is None:
         raise BenchError("e2image to a file needs one ext4 partition and a target file")
@@ -242,7 +244,6 @@ SEED_1M = "seed-bs1M"
 ALLOCATED = "allocated"
 BLOCKS = "allocated-blocks"
 TRIM_METHODS = (SEED_512, SEED_1M)
-PROGRAM_METHODS = (ALLOCATED, BLOCKS)
 
 
 def _partclone(fs: str) -> PeerCommand:
