@@ -10,6 +10,7 @@ import { transferNetwork } from './network';
 import { Settings } from './settings';
 import { TaskFunctions } from './task-functions';
 import { TaskRole } from './task-role';
+import { SourceBlocksBucket } from './source-blocks-bucket';
 import { ROOT_DEVICE_NAME, ROOT_VOLUME_GIB, TransferInstance } from './transfer-instance';
 import { Triggers } from './triggers';
 import { CompactionWorkflow } from './workflow';
@@ -39,6 +40,9 @@ export class CompactorStack extends Stack {
       commandLogGroup,
     });
     const document = new CompactVolumesDocument(this, 'CompactVolumesDocument');
+    const sourceBlocks = new SourceBlocksBucket(this, 'SourceBlocksBucket', {
+      stateMachineTimeoutMinutes: settings.stateMachineTimeoutMinutes,
+    });
 
     const taskRole = new TaskRole(this, 'TaskRole', {
       stackName: settings.stackName,
@@ -52,6 +56,7 @@ export class CompactorStack extends Stack {
       kmsKeyArns: settings.kmsKeyArns ?? [
         this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),
       ],
+      sourceBlocksBucket: sourceBlocks.bucket,
     });
     const tasks = new TaskFunctions(this, 'Tasks', {
       role: taskRole.role,
@@ -79,6 +84,7 @@ export class CompactorStack extends Stack {
         STATE_MACHINE_TIMEOUT_MINUTES: String(settings.stateMachineTimeoutMinutes),
         // The shortest compaction poll interval the plan may choose.
         COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
+        SOURCE_BLOCKS_BUCKET: sourceBlocks.bucket.bucketName,
       },
     });
     taskRole.allowLogging(tasks.logGroupArns);
@@ -160,6 +166,7 @@ export class CompactorStack extends Stack {
       pipelinePolicy,
       deadLetterQueue: triggers.deadLetterQueue,
       createdVpc: network.createdVpc,
+      sourceBlocksBucket: sourceBlocks.bucket,
     });
   }
 }

@@ -3,6 +3,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { IConstruct } from 'constructs';
@@ -25,6 +26,7 @@ export interface NagAcknowledgementTargets {
   readonly deadLetterQueue: sqs.Queue;
   /** Only when the stack created the VPC. */
   readonly createdVpc?: ec2.Vpc;
+  readonly sourceBlocksBucket: s3.Bucket;
 }
 
 const NAG = 'AwsSolutions::AwsSolutions-';
@@ -41,6 +43,18 @@ function ack(scope: IConstruct, rule: string, reason: string): void {
 }
 
 export function acknowledgeNagFindings(t: NagAcknowledgementTargets): void {
+  ack(
+    t.sourceBlocksBucket,
+    'S1',
+    'The bucket holds block indexes of source snapshots (no data) for at most the length of one execution; ' +
+      'the task role writes and deletes them and CloudTrail records those calls; access logs would outlive them.',
+  );
+  ack(
+    t.taskRole,
+    `IAM5[Resource::<${logicalId(t.sourceBlocksBucket)}.Arn>/*]`,
+    "Object keys are `<execution name>/...`, unknown before an execution starts; the bucket is the stack's own " +
+      'and holds only block lists.',
+  );
   const tagScoped =
     'Resource ids are not known before the workflow creates them; the statement is limited by ' +
     'aws:RequestTag/aws:ResourceTag ebs-snapshot-compactor:stack = this stack (see lib/task-role.ts).';

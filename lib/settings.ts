@@ -30,6 +30,8 @@ export interface Settings {
   readonly maxLaunchAttempts: number;
   /** Prepare is called until every source snapshot is `completed`. */
   readonly sourcePoll: PollLoopSettings;
+  /** list_source_blocks is called until every source snapshot's blocks are listed. */
+  readonly blockListPoll: PollLoopSettings;
   readonly readyPoll: PollLoopSettings;
   readonly attachPoll: PollLoopSettings;
   /**
@@ -140,6 +142,8 @@ export function readSettings(context: ContextSource): Settings {
     ),
     maxLaunchAttempts: reader.integer('maxLaunchAttempts', 3, 1, 10),
     sourcePoll: reader.pollLoop('sourcePoll', 60, 360),
+    // each call lists for up to 60 s at 5 pages of 10,000 blocks a second: 20 calls cover 30 TiB of held data
+    blockListPoll: reader.pollLoop('blockListPoll', 10, 20),
     readyPoll: reader.pollLoop('readyPoll', 15, 40),
     attachPoll: reader.pollLoop('attachPoll', 10, 60),
     compactionPoll: {
@@ -171,7 +175,7 @@ export function readSettings(context: ContextSource): Settings {
 }
 
 /**
- * Worst case: prepare polls the sources to its bound; every launch attempt waits, attaches, compacts
+ * Worst case: prepare polls the sources to its bound, the block lists take theirs; every launch attempt waits, attaches, compacts
  * (the plan's attempts, at most COMPACTION_POLL_MAX_ATTEMPTS) and tears down to its bound; then the
  * snapshot loop and two more teardowns (success, then the warnings chain's or the failure chain's) run to theirs.
  */
@@ -181,6 +185,7 @@ export function worstCaseHistoryEvents(s: Settings): number {
     s.readyPoll.maxAttempts + s.attachPoll.maxAttempts + compaction + s.teardownPoll.maxAttempts;
   const iterations =
     s.sourcePoll.maxAttempts +
+    s.blockListPoll.maxAttempts +
     s.maxLaunchAttempts * perLaunch +
     s.snapshotPoll.maxAttempts +
     2 * s.teardownPoll.maxAttempts;

@@ -9,6 +9,7 @@ import { Construct } from 'constructs';
 /** One Lambda per workflow task; the handler is `compactor.handlers.<module>.handler` (docs/contract.md). */
 export const WORKFLOW_TASK_MODULES = [
   'prepare',
+  'list_source_blocks',
   'launch',
   'check_instance',
   'attach_volumes',
@@ -37,6 +38,8 @@ export const POWERTOOLS_LAYER_PARAMETER = '/aws/service/powertools/python/x86_64
  */
 export const TASK_TIMEOUTS: Record<TaskModule, Duration> = {
   prepare: Duration.minutes(2),
+  // lists for at most 60 s (SLICE_SECONDS of compactor/source_blocks.py), then merges and writes the lists
+  list_source_blocks: Duration.minutes(3),
   launch: Duration.minutes(5),
   check_instance: Duration.minutes(1),
   attach_volumes: Duration.minutes(2),

@@ -1,5 +1,6 @@
 import { Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
 
 export const STACK_TAG = 'ebs-snapshot-compactor:stack';
@@ -18,6 +19,8 @@ export interface TaskRoleProps {
   readonly commandLogGroupArn: string;
   /** Keys the workflow may use through EC2. */
   readonly kmsKeyArns: string[];
+  /** The source snapshots' block lists (lib/source-blocks-bucket.ts). */
+  readonly sourceBlocksBucket: s3.IBucket;
 }
 
 /**
@@ -225,6 +228,33 @@ export class TaskRole extends Construct {
         actions: ['kms:Decrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKeyWithoutPlaintext', 'kms:CreateGrant'],
         resources: props.kmsKeyArns,
         conditions: { StringEquals: { 'kms:ViaService': `ec2.${stack.region}.amazonaws.com` } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'ListTheBlocksOfAnySourceSnapshot',
+        // Metadata only (block indexes), never data: GetSnapshotBlock is not granted. Source snapshots may be
+        // shared by other accounts, so they cannot be listed by ARN.
+        actions: ['ebs:ListSnapshotBlocks'],
+        resources: [ec2Arn('snapshot', '')],
+      }),
+      new iam.PolicyStatement({
+        sid: 'ReadEncryptedSnapshotsThroughEbs',
+        // ListSnapshotBlocks of an encrypted snapshot needs its key (EBS direct APIs, "Control access"); only
+        // through EBS. If EBS evaluates it otherwise, the listing is refused and that volume is copied without a
+        // block list (compactor/source_blocks.py): slower, never wrong.
+        actions: ['kms:Decrypt'],
+        resources: props.kmsKeyArns,
+        conditions: { StringEquals: { 'kms:ViaService': `ebs.${stack.region}.amazonaws.com` } },
+      }),
+      new iam.PolicyStatement({
+        sid: 'KeepTheBlockListsInTheStacksBucket',
+        // start_compaction signs the instance's GET with this role, so the instance role needs no S3 grant.
+        actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
+        resources: [props.sourceBlocksBucket.arnForObjects('*')],
+      }),
+      new iam.PolicyStatement({
+        sid: 'FindAnExecutionsBlockLists',
+        actions: ['s3:ListBucket'],
+        resources: [props.sourceBlocksBucket.bucketArn],
       }),
       new iam.PolicyStatement({
         sid: 'CheckKeysBeforeLaunching',

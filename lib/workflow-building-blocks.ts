@@ -23,6 +23,7 @@ export const TRANSIENT_AWS_ERROR = 'TransientAwsError';
 /** Keys of `$.timings` (docs/contract.md): `start` plus one per phase. */
 export const PHASES = [
   'prepare',
+  'listBlocks',
   'launch',
   'waitReady',
   'attach',
@@ -36,7 +37,15 @@ export const PHASES = [
 export type Phase = (typeof PHASES)[number];
 
 /** Keys of `$.polls`: the call counter of each poll loop. */
-export const POLL_LOOPS = ['sources', 'ready', 'attach', 'compaction', 'snapshot', 'teardown'] as const;
+export const POLL_LOOPS = [
+  'sources',
+  'blocks',
+  'ready',
+  'attach',
+  'compaction',
+  'snapshot',
+  'teardown',
+] as const;
 export type PollLoop = (typeof POLL_LOOPS)[number];
 
 /** Where a failed or timed-out step leaves its error and where the execution goes next. */

@@ -33,7 +33,8 @@ function teardownPayload(outcome: 'success' | 'retry' | 'failure', keep: object)
 }
 
 /**
- * The compaction workflow of docs/contract.md: prepare (until the sources are completed) → launch → wait
+ * The compaction workflow of docs/contract.md: prepare (until the sources are completed) → list the source
+ * snapshots' blocks → launch → wait
  * until ready → attach volumes → compact → snapshot → Delivered → [register image] → [fast snapshot restore]
  * → teardown → report. Lost instances take the relaunch path. Before `Delivered` every task catches into the
  * failure chain (teardown → report → Fail); from `Delivered` on, into the warnings chain, which keeps the
@@ -192,6 +193,8 @@ export class CompactionWorkflow extends Construct {
         timings: $('$.timings'),
         polls: $('$.polls'),
         plan: $('$.plan'),
+        // the block lists stay valid: the next attempt's command reads the same bundle
+        sourceBlocks: $('$.sourceBlocks'),
       },
     });
     relaunch.next(launchPhase);
@@ -227,6 +230,7 @@ export class CompactionWorkflow extends Construct {
         input: sfn.JsonPath.entirePayload,
         executionName: sfn.JsonPath.executionName,
         launchAttempt: 1,
+        sourceBlocks: JSON_NULL,
         timings: Object.fromEntries([
           ['start', sfn.JsonPath.stateEnteredTime],
           ...PHASES.map((phase) => [phase, JSON_NULL]),
@@ -256,6 +260,32 @@ export class CompactionWorkflow extends Construct {
         `Source snapshots still pending after ${minutesOf(bound)} minutes - {} - ` +
           'wait until they are completed and start again or raise sourcePollMaxAttempts.',
         sfn.JsonPath.jsonToString($('$.plan.pendingSnapshotIds')),
+      ),
+      onTimeout: onError,
+      waitFirst: false,
+    });
+  }
+
+  /** List the blocks each source snapshot holds into the stack's bucket, a minute of listing per call. */
+  private blockListLoop(onError: ErrorRoute): sfn.Chain {
+    const bound = this.settings.blockListPoll;
+    return this.b.pollLoop({
+      name: 'List source blocks',
+      counter: 'blocks',
+      bound,
+      task: this.b.task(
+        'List source blocks',
+        this.fn.list_source_blocks,
+        sfn.TaskInput.fromObject({ plan: $('$.plan'), sourceBlocks: $('$.sourceBlocks') }),
+        '$.sourceBlocks',
+        onError,
+      ),
+      done: sfn.Condition.booleanEquals('$.sourceBlocks.complete', true),
+      timeoutError: 'BlockListIncomplete',
+      timeoutCause: sfn.JsonPath.format(
+        `The source snapshots' blocks were not all listed within ${minutesOf(bound)} minutes ({} pages read) - ` +
+          'raise blockListPollMaxAttempts, or check ListSnapshotBlocks throttling in the account.',
+        sfn.JsonPath.jsonToString($('$.sourceBlocks.pages')),
       ),
       onTimeout: onError,
       waitFirst: false,
@@ -326,7 +356,12 @@ export class CompactionWorkflow extends Construct {
     const startCompaction = b.task(
       'Start compaction',
       fn.start_compaction,
-      sfn.TaskInput.fromObject({ plan: $('$.plan'), instance: $('$.instance'), attached: $('$.attached') }),
+      sfn.TaskInput.fromObject({
+        plan: $('$.plan'),
+        instance: $('$.instance'),
+        attached: $('$.attached'),
+        sourceBlocks: $('$.sourceBlocks'),
+      }),
       '$.command',
       onError,
     );
@@ -384,6 +419,8 @@ export class CompactionWorkflow extends Construct {
     const beforeDelivery = this.startState()
       .next(b.markPhase('Prepare phase', 'prepare'))
       .next(this.sourcesLoop(onError))
+      .next(b.markPhase('List blocks phase', 'listBlocks'))
+      .next(this.blockListLoop(onError))
       .next(launchPhase)
       .next(launch)
       .next(b.markPhase('Wait until ready phase', 'waitReady'))

@@ -40,6 +40,18 @@ def events() -> EventBridgeClient:
 
 
 @cache
+def ebs() -> Any:
+    # typed Any: mypy-boto3-ebs is not among the dev requirements
+    return boto3.client("ebs", config=_BOTO_CONFIG)
+
+
+@cache
+def s3() -> Any:
+    # SigV4 for the presigned GET (compactor/source_blocks.py); typed Any as ebs()
+    return boto3.client("s3", config=_BOTO_CONFIG.merge(BotoConfig(signature_version="s3v4")))
+
+
+@cache
 def sfn() -> Any:
     # typed Any: mypy-boto3-stepfunctions is not among the dev requirements
     return boto3.client("stepfunctions", config=_BOTO_CONFIG)
@@ -51,7 +63,7 @@ def region() -> str:
 
 def reset_clients() -> None:
     """Forget the clients (tests change the endpoint or Region between cases)."""
-    for factory in (ec2, ssm, kms, events, sfn):
+    for factory in (ec2, ssm, kms, events, ebs, s3, sfn):
         factory.cache_clear()
 
 

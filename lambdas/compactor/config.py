@@ -58,6 +58,8 @@ class Config:
     state_machine_timeout_minutes: int = 2880
     # the shortest wait between two Check compaction calls (it grows for long jobs)
     compaction_poll_seconds: int = 120
+    # the stack's bucket for the source snapshots' block lists (compactor/source_blocks.py)
+    source_blocks_bucket: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -106,6 +108,7 @@ class Config:
                 "STATE_MACHINE_TIMEOUT_MINUTES", 10, STATE_MACHINE_TIMEOUT_MINUTES_MAX
             ),
             compaction_poll_seconds=env.integer("COMPACTION_POLL_SECONDS", 1, 86_400),
+            source_blocks_bucket=env.text("SOURCE_BLOCKS_BUCKET"),
         )
 
 

@@ -120,6 +120,27 @@ class InstanceResult(TypedDict):
     failedPools: list[FailedPool]
 
 
+class BlockListVolume(TypedDict):
+    """One source snapshot's listing progress (compactor/source_blocks.py)."""
+
+    index: int
+    snapshotId: str
+    done: bool
+    heldBlocks: int | None  # blocks listed so far; None when the snapshot could not be listed
+    volumeSizeGiB: int | None
+    nextToken: str | None
+    nextBlockIndex: int
+    parts: int  # part objects written
+    blockListError: str | None  # why EBS would not list it (the copy then reads without a list)
+
+
+class SourceBlocksResult(TypedDict):
+    complete: bool
+    bundleKey: str | None  # the gzip tar the instance fetches, once complete
+    volumes: list[BlockListVolume]
+    pages: int  # ListSnapshotBlocks pages read so far
+
+
 class AttachedVolume(TypedDict):
     index: int
     sourceVolumeId: str
@@ -190,6 +211,7 @@ class TeardownResult(TypedDict):
     deletedVolumes: list[str]
     deletedSnapshots: list[str]
     deregisteredImages: list[str]
+    deletedObjects: list[str]  # keys of the execution's block lists in the stack's bucket
     # delivered snapshots and their AMIs that teardown left in place on purpose
     keptSnapshots: list[str]
     keptImages: list[str]
@@ -205,6 +227,11 @@ class VolumeReport(TypedDict):
     sourceBytesRead: int | None
     targetBytesWritten: int | None
     writtenBlocks: int | None
+    # 512 KiB blocks the source snapshot holds (ListSnapshotBlocks) and how many the copy read;
+    # None when the snapshot could not be listed (blockListError says why)
+    heldBlocks: int | None
+    heldBlocksRead: int | None
+    blockListError: str | None
 
 
 class ErrorInfo(TypedDict):

@@ -22,6 +22,9 @@ IncorrectInstanceState (a resource busy for a moment), and every throttling or 5
 (compactor.aws.is_transient) on any call: they count as remaining, and teardown never raises for
 them, so the bounded loop asks again.
 
+The execution's objects in the stack's bucket (the source block lists) are deleted on every
+outcome but `retry`: the next launch attempt still needs them.
+
 What teardown cannot see: tag-filtered Describe* answers lag right after a resource was created
 (and an aborted execution's Lambda may still create one after teardown ran). A call cannot delete
 what the answers do not list yet, so `remaining: 0` means "nothing visible now"; that is why the
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from compactor import aws, tags
+from compactor import aws, source_blocks, tags
 from compactor.errors import InvalidInput
 from compactor.models import Outcome, TeardownResult
 from compactor.observability import logger
@@ -84,6 +87,7 @@ class _Progress:
     deleted_volumes: list[str] = field(default_factory=list)
     deleted_snapshots: list[str] = field(default_factory=list)
     deregistered_images: list[str] = field(default_factory=list)
+    deleted_objects: list[str] = field(default_factory=list)
     kept_snapshots: list[str] = field(default_factory=list)
     kept_images: list[str] = field(default_factory=list)
     transient_errors: list[str] = field(default_factory=list)
@@ -111,7 +115,9 @@ def parse_keep(raw: Any) -> Keep:
     return Keep(frozenset(snapshot_ids), image_id)
 
 
-def teardown(stack_name: str, execution_name: str, outcome: str, keep: Keep) -> TeardownResult:
+def teardown(
+    stack_name: str, execution_name: str, outcome: str, keep: Keep, bucket: str
+) -> TeardownResult:
     if not stack_name or not execution_name:
         raise InvalidInput("teardown needs the stack name and the execution name")
     if outcome not in OUTCOMES:
@@ -125,6 +131,11 @@ def teardown(stack_name: str, execution_name: str, outcome: str, keep: Keep) -> 
     if outcome in _REMOVES_OUTPUTS:
         with contextlib.suppress(_Later):
             _outputs(owned, stack_name, execution_name, keep, progress)
+    if outcome != "retry":
+        deleted, later = source_blocks.delete_execution_objects(bucket, execution_name)
+        progress.deleted_objects.extend(deleted)
+        progress.remaining += len(later)
+        progress.transient_errors.extend(later)
     logger.info("teardown", extra={"outcome": outcome, "progress": progress.__dict__})
     return {
         "remaining": progress.remaining,
@@ -132,6 +143,7 @@ def teardown(stack_name: str, execution_name: str, outcome: str, keep: Keep) -> 
         "deletedVolumes": progress.deleted_volumes,
         "deletedSnapshots": progress.deleted_snapshots,
         "deregisteredImages": progress.deregistered_images,
+        "deletedObjects": progress.deleted_objects,
         "keptSnapshots": progress.kept_snapshots,
         "keptImages": progress.kept_images,
         "transientErrors": progress.transient_errors,

@@ -3,6 +3,7 @@ launch template, the Command document, a KMS key; and the Lambda environment poi
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ REGION = "us-east-1"
 STACK = "compactor-test"
 EXECUTION = "exec-1"
 TRIGGER_TAG = "compact"
+BUCKET = "compactor-test-source-blocks"
 DOCUMENT = "compactor-test-CompactVolumes"
 DOCUMENT_YAML = """
 schemaVersion: '2.2'
@@ -29,6 +31,7 @@ parameters:
   Method: {type: String, allowedValues: [allocated, trim]}
   Jobs: {type: String}
   Verify: {type: String, allowedValues: ['true', 'false']}
+  SourceBlocksUrl: {type: String, default: ''}
   TimeoutSeconds: {type: String, default: '172800'}
 mainSteps:
   - action: aws:runShellScript
@@ -139,6 +142,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             Name=DOCUMENT, DocumentType="Command", DocumentFormat="YAML", Content=DOCUMENT_YAML
         )
         kms_key_arn = aws.kms().create_key()["KeyMetadata"]["Arn"]
+        aws.s3().create_bucket(Bucket=BUCKET)
         env = {
             "STACK_NAME": STACK,
             "SUBNET_IDS": ",".join(subnets),
@@ -159,6 +163,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "ARCHITECTURE": "x86_64",
             "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
             "COMPACTION_POLL_SECONDS": "120",
+            "SOURCE_BLOCKS_BUCKET": BUCKET,
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)
@@ -289,3 +294,48 @@ def ready_instance(
         if attached["done"]:
             return plan, instance, attached
     raise AssertionError(f"volumes not attached: {attached}")
+
+
+def serve_snapshot_blocks(
+    blocks: dict[str, list[int]], volume_gib: int = 8, page: int = 10_000
+) -> list[dict[str, Any]]:
+    """Answer ListSnapshotBlocks for EC2 snapshots (moto's EBS backend knows only snapshots made
+    with its own StartSnapshot), `page` blocks at a time, as EBS does: ascending indexes, a
+    NextToken while more remain. Returns the calls' parameters."""
+    from tests.support import error_response
+
+    blocks = {snapshot: sorted(indexes) for snapshot, indexes in blocks.items()}
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        indexes = blocks.get(params["SnapshotId"])
+        if indexes is None:
+            return error_response("ResourceNotFoundException", "The snapshot does not exist.")
+        first = int(params["NextToken"]) if params.get("NextToken") else 0
+        first = max(first, int(params.get("StartingBlockIndex", 0)))
+        at = bisect.bisect_left(indexes, first)
+        chosen = indexes[at : at + page]
+        more = at + page < len(indexes)
+        result: dict[str, Any] = {
+            "Blocks": [{"BlockIndex": i, "BlockToken": "token"} for i in chosen],
+            "BlockSize": 524_288,
+            "VolumeSize": volume_gib,
+        }
+        if more:
+            result["NextToken"] = str(chosen[-1] + 1)
+        return result
+
+    return respond(aws.ebs(), "ListSnapshotBlocks", answer)
+
+
+def listed_blocks(world: World, plan: dict[str, Any]) -> dict[str, Any]:
+    """list_source_blocks called as the workflow's poll loop does, until complete."""
+    from compactor.handlers import list_source_blocks
+
+    listed: dict[str, Any] | None = None
+    for _ in range(10):
+        listed = dict(
+            list_source_blocks.handler({"plan": plan, "sourceBlocks": listed}, world.context)
+        )
+        if listed["complete"]:
+            return listed
+    raise AssertionError(f"block lists not complete: {listed}")

@@ -8,15 +8,25 @@ from botocore.exceptions import ClientError
 from compactor import aws, errors
 from compactor.handlers import check_compaction, start_compaction
 
-from tests.conftest import DOCUMENT, EXECUTION, World, ready_instance
+from tests.conftest import (
+    DOCUMENT,
+    EXECUTION,
+    World,
+    listed_blocks,
+    ready_instance,
+    serve_snapshot_blocks,
+)
 from tests.support import capture, error_response, respond
 
 
 def start(
     world: World, plan: dict[str, Any], instance: dict[str, Any], attached: dict[str, Any]
 ) -> dict[str, Any]:
+    serve_snapshot_blocks({v["sourceSnapshotId"]: [0, 1, 5] for v in plan["volumes"]})
+    listed = listed_blocks(world, plan)
     return start_compaction.handler(
-        {"plan": plan, "instance": instance, "attached": attached}, world.context
+        {"plan": plan, "instance": instance, "attached": attached, "sourceBlocks": listed},
+        world.context,
     )
 
 
@@ -49,6 +59,8 @@ def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
     volume = ready["volumes"][0]
     assert request["InstanceIds"] == [instance["instanceId"]]
     assert request["DocumentName"] == DOCUMENT
+    url = request["Parameters"].pop("SourceBlocksUrl")[0]
+    assert f"/{EXECUTION}/source-blocks.tar.gz?" in url and "X-Amz-Signature=" in url
     assert request["Parameters"] == {
         "SourceVolumeIds": [volume["sourceVolumeId"]],
         "TargetVolumeIds": [volume["targetVolumeId"]],

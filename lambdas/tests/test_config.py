@@ -26,6 +26,7 @@ VALID = {
     "ARCHITECTURE": "arm64",
     "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
     "COMPACTION_POLL_SECONDS": "120",
+    "SOURCE_BLOCKS_BUCKET": "compactor-sourceblocksbucket-0123",
 }
 
 
@@ -38,6 +39,7 @@ def test_reads_every_variable() -> None:
     assert (config.source_volume_iops, config.source_volume_throughput) == (3000, 750)
     assert config.max_volume_gib == 2048
     assert config.max_launch_attempts == 3
+    assert config.source_blocks_bucket == "compactor-sourceblocksbucket-0123"
     assert (config.root_device_name, config.root_volume_gib) == ("/dev/xvda", 8)
     assert config.architecture == "arm64"
     assert (config.state_machine_timeout_minutes, config.compaction_poll_seconds) == (2880, 120)
@@ -92,6 +94,7 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("STATE_MACHINE_TIMEOUT_MINUTES", "2d", "not an integer"),
         ("COMPACTION_POLL_SECONDS", "0", "1-86400"),
         ("COMPACTION_POLL_SECONDS", "", "missing or empty"),
+        ("SOURCE_BLOCKS_BUCKET", "", "missing or empty"),
     ],
 )
 def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:

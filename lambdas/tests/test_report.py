@@ -84,10 +84,30 @@ def success_state(world: World) -> dict[str, Any]:
                         "targetVolumeId": "vol-t",
                         "source_bytes_read": 3_000_000_000,
                         "target_bytes_written": 2_000_000_000,
+                        "held_blocks": 6_000,
+                        "held_blocks_read": 5_800,
                         "verified": True,
                     }
                 ]
             },
+        },
+        "sourceBlocks": {
+            "complete": True,
+            "bundleKey": f"{EXECUTION}/source-blocks.tar.gz",
+            "pages": 1,
+            "volumes": [
+                {
+                    "index": 0,
+                    "snapshotId": source,
+                    "done": True,
+                    "heldBlocks": 6_000,
+                    "volumeSizeGiB": 8,
+                    "nextToken": None,
+                    "nextBlockIndex": 8_000,
+                    "parts": 1,
+                    "blockListError": None,
+                }
+            ],
         },
         "snapshots": {
             "snapshots": [
@@ -128,6 +148,9 @@ def test_success_report_is_returned_and_published(world: World) -> None:
             "sourceBytesRead": 3_000_000_000,
             "targetBytesWritten": 2_000_000_000,
             "writtenBlocks": 4000,  # 2,097,152,000 bytes in 512 KiB blocks
+            "heldBlocks": 6_000,
+            "heldBlocksRead": 5_800,
+            "blockListError": None,
         }
     ]
     assert result["imageId"] is None

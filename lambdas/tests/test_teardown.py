@@ -21,6 +21,7 @@ EMPTY = {
     "deletedVolumes": [],
     "deletedSnapshots": [],
     "deregisteredImages": [],
+    "deletedObjects": [],
     "keptSnapshots": [],
     "keptImages": [],
     "transientErrors": [],

@@ -22,7 +22,16 @@ from compactor.handlers import (
     teardown,
 )
 
-from tests.conftest import EXECUTION, SOURCE_IMAGE_ID, World, serve_image, source_image, ssm_ping
+from tests.conftest import (
+    EXECUTION,
+    SOURCE_IMAGE_ID,
+    World,
+    listed_blocks,
+    serve_image,
+    serve_snapshot_blocks,
+    source_image,
+    ssm_ping,
+)
 from tests.support import capture, respond
 
 TIMINGS = {"start": "2026-11-21T10:00:00Z", "prepare": "2026-11-21T10:00:01Z"}
@@ -76,6 +85,8 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
         "timings": dict(TIMINGS),
     }
     state["plan"] = prepare.handler({"input": state["input"], "executionName": EXECUTION}, ctx)
+    serve_snapshot_blocks({v["sourceSnapshotId"]: [0, 3, 4] for v in state["plan"]["volumes"]})
+    state["sourceBlocks"] = listed_blocks(world, state["plan"])
     state["instance"] = launch.handler({"plan": state["plan"], "launchAttempt": 1}, ctx)
     ssm_ping("Online")
     state["ready"] = check_instance.handler(
@@ -90,7 +101,13 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
             break
     assert state["attached"]["done"], state["attached"]
     state["command"] = start_compaction.handler(
-        {"plan": state["plan"], "instance": state["instance"], "attached": state["attached"]}, ctx
+        {
+            "plan": state["plan"],
+            "instance": state["instance"],
+            "attached": state["attached"],
+            "sourceBlocks": state["sourceBlocks"],
+        },
+        ctx,
     )
     command_succeeds()
     state["compaction"] = check_compaction.handler(

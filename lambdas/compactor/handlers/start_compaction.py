@@ -5,7 +5,7 @@ from typing import cast
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor.config import Config
-from compactor.models import AttachResult, CommandResult, InstanceResult, Plan
+from compactor.models import AttachResult, CommandResult, InstanceResult, Plan, SourceBlocksResult
 from compactor.observability import Event, task_handler
 from compactor.ssm import commands
 
@@ -16,5 +16,6 @@ def handler(event: Event, context: LambdaContext) -> CommandResult:
         cast(Plan, event["plan"]),
         cast(InstanceResult, event["instance"]),
         cast(AttachResult, event["attached"]),
+        cast(SourceBlocksResult, event["sourceBlocks"]),
         Config.from_env(),
     )

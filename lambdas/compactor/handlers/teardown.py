@@ -16,4 +16,5 @@ def handler(event: Event, context: LambdaContext) -> TeardownResult:
         str(event.get("executionName") or ""),
         str(event.get("outcome") or ""),
         teardown.parse_keep(event.get("keep")),
+        config.source_blocks_bucket,
     )

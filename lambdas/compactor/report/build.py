@@ -26,6 +26,7 @@ EBS_SNAPSHOT_BLOCK_BYTES = 512 * 1024
 
 PHASES = (
     "prepare",
+    "listBlocks",
     "launch",
     "waitReady",
     "attach",
@@ -48,6 +49,7 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
     new_ids = _new_snapshot_ids(state)
     existing = snapshots.describe_new(sorted(set(new_ids.values())))
     copied = _copy_summaries(state)
+    listed = _block_lists(state)
     volumes: list[VolumeReport] = []
     for volume in plan.get("volumes", []):
         index = volume["index"]
@@ -55,6 +57,7 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         found = existing.get(new_id) if new_id else None
         new_size = found["fullSizeBytes"] if found else None
         summary = copied.get(index, {})
+        listing = listed.get(index, {})
         volumes.append(
             {
                 "index": index,
@@ -69,6 +72,11 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
                     (new_size + EBS_SNAPSHOT_BLOCK_BYTES - 1) // EBS_SNAPSHOT_BLOCK_BYTES
                     if new_size is not None
                     else None
+                ),
+                "heldBlocks": _int_or_none(listing.get("heldBlocks")),
+                "heldBlocksRead": _int_or_none(summary.get("held_blocks_read")),
+                "blockListError": (
+                    str(listing["blockListError"]) if listing.get("blockListError") else None
                 ),
             }
         )
@@ -95,6 +103,16 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         "delivered": delivered,
         "newSnapshotIds": new_snapshot_ids,
         "notes": [str(n) for n in plan.get("notes") or [] if isinstance(n, str)],
+    }
+
+
+def _block_lists(state: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    """list_source_blocks' per-volume results by job index (none before it ran)."""
+    volumes = _mapping(state.get("sourceBlocks")).get("volumes")
+    if not isinstance(volumes, list):
+        return {}
+    return {
+        v["index"]: v for v in volumes if isinstance(v, Mapping) and isinstance(v.get("index"), int)
     }
 
 

@@ -10,16 +10,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from compactor import aws
+from compactor import aws, source_blocks
 from compactor.config import Config
 from compactor.ec2.instances import describe, raise_if_lost
-from compactor.errors import CompactionFailed, InstanceNotReady
+from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput
 from compactor.models import (
     AttachResult,
     CommandResult,
     CompactionResult,
     InstanceResult,
     Plan,
+    SourceBlocksResult,
 )
 from compactor.observability import logger
 
@@ -31,9 +32,12 @@ DELIVERY_TIMEOUT_SECONDS = 600
 RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
 
 
-def document_parameters(plan: Plan, attached: AttachResult) -> dict[str, list[str]]:
+def document_parameters(
+    plan: Plan, attached: AttachResult, source_blocks_url: str
+) -> dict[str, list[str]]:
     volumes = sorted(attached["volumes"], key=lambda v: v["index"])
     return {
+        "SourceBlocksUrl": [source_blocks_url],
         "SourceVolumeIds": [",".join(v["sourceVolumeId"] for v in volumes)],
         "TargetVolumeIds": [",".join(v["targetVolumeId"] for v in volumes)],
         "SourceDeviceNames": [",".join(v["sourceDeviceName"] for v in volumes)],
@@ -45,7 +49,11 @@ def document_parameters(plan: Plan, attached: AttachResult) -> dict[str, list[st
 
 
 def start(
-    plan: Plan, instance: InstanceResult, attached: AttachResult, config: Config
+    plan: Plan,
+    instance: InstanceResult,
+    attached: AttachResult,
+    listed: SourceBlocksResult,
+    config: Config,
 ) -> CommandResult:
     if not attached.get("done") or len(attached["volumes"]) != len(plan["volumes"]):
         raise InstanceNotReady(
@@ -53,10 +61,16 @@ def start(
             f"(attached={attached}): this is a workflow bug, start_compaction runs only after "
             "attach_volumes says done"
         )
+    if not listed.get("complete") or not listed.get("bundleKey"):
+        raise InvalidInput(
+            "the source block lists are not complete: this is a workflow bug, start_compaction "
+            "runs only after list_source_blocks says complete"
+        )
+    url = source_blocks.presigned_url(config.source_blocks_bucket, str(listed["bundleKey"]))
     command = aws.ssm().send_command(
         InstanceIds=[instance["instanceId"]],
         DocumentName=config.document_name,
-        Parameters=document_parameters(plan, attached),
+        Parameters=document_parameters(plan, attached, url),
         TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
         Comment=f"ebs-snapshot-compactor {plan['executionName']}"[:100],
         CloudWatchOutputConfig={
