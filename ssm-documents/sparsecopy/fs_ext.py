@@ -15,6 +15,10 @@ filesystem has group descriptor checksums (metadata_csum or uninit_bg) and the g
 is valid: dumpe2fs prints "(EXPECTED 0x...)" after one that does not match (and then fails
 reading the bitmaps, so the plan copies the partition raw); e2fsck would reset the flags and the
 count and read everything.
+
+Backup superblocks and group descriptors stay allocated although e2image -ra copies only the
+primary ones (five 512 KiB chunks on the 2 GiB bench disk): a copy without them checks clean but
+has lost the only recovery copies (e2fsck -b), and neither e2fsck nor a mount writes them back.
 """
 
 import re
