@@ -2,12 +2,11 @@
 non-zero block. With ``recover`` the journal/log is replayed first (the only write to SOURCE)."""
 
 import os
-import re
 import struct
 from typing import Callable, NamedTuple, Optional
 
 from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
-from .blockdev import flush, partition_device, run
+from .blockdev import flush, partition_device
 from .errors import Failure
 from .extents import Extents, complement, shift, total
 from .partitions import Layout, Partition, read_layout
@@ -154,21 +153,10 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
         plan.use(ALLOCATED, allocated, "journal replayed" if pending else "")
 
 
-def xfs_log_clean(device: str) -> bool:
-    """Whether the XFS log holds nothing to replay (xfs_logprint finds its tail at its head,
-    as the kernel's mount does). False when that cannot be told."""
-    try:
-        proc = run(["xfs_logprint", "-t", device], check=False)
-    except Failure:  # not installed
-        return False
-    match = re.search(r"log tail: (\d+) head: (\d+) state: <(\w+)>", proc.stdout)
-    return proc.returncode == 0 and match is not None and match.group(3) == "CLEAN"
-
-
-def _plan_xfs(plan: PartPlan, device: str, recover: bool, keep_source: bool) -> None:
-    if recover and keep_source and xfs_log_clean(device):
-        # With --source-blocks a mount would write log records into blocks the list may not
-        # hold; a clean log has nothing to replay, so the source stays as the snapshot holds it.
+def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:
+    if recover and fs_xfs.log_is_clean(device):
+        # nothing to replay: not mounted, so the source stays as the snapshot holds it (a mount
+        # would write log blocks, also where a --source-blocks list holds nothing)
         log(f"partition {plan.number}: xfs log is clean: not mounted")
     elif recover:
         plan.rewritten = True
@@ -262,7 +250,7 @@ def plan_disk(
                 if fs == "ext4":
                     _plan_ext(plan, device, recover)
                 else:
-                    _plan_xfs(plan, device, recover, held is not None)
+                    _plan_xfs(plan, device, recover)
         elif fs in ("ntfs", "vfat"):
             _plan_parsed(plan, read)
         elif fs == "swap":
