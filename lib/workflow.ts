@@ -28,6 +28,12 @@ const KEEP_DELIVERED = {
 /** How long a poll loop may run, for the messages of its timeout errors. */
 const minutesOf = (bound: PollLoopSettings) => Math.round((bound.maxAttempts * bound.intervalSeconds) / 60);
 
+/** Seconds list_source_blocks lists per call (SLICE_SECONDS of lambdas/compactor/source_blocks.py). */
+export const BLOCK_LIST_SLICE_SECONDS = 60;
+/** The block-list loop's calls take a slice of listing each besides the wait between them. */
+const blockListMinutes = (bound: PollLoopSettings) =>
+  Math.round((bound.maxAttempts * (bound.intervalSeconds + BLOCK_LIST_SLICE_SECONDS)) / 60);
+
 function teardownPayload(outcome: 'success' | 'retry' | 'failure', keep: object): sfn.TaskInput {
   return sfn.TaskInput.fromObject({ executionName: sfn.JsonPath.executionName, outcome, keep });
 }
@@ -283,7 +289,8 @@ export class CompactionWorkflow extends Construct {
       done: sfn.Condition.booleanEquals('$.sourceBlocks.complete', true),
       timeoutError: 'BlockListIncomplete',
       timeoutCause: sfn.JsonPath.format(
-        `The source snapshots' blocks were not all listed within ${minutesOf(bound)} minutes ({} pages read) - ` +
+        `The source snapshots' blocks were not all listed in ${bound.maxAttempts} calls (about ` +
+          `${blockListMinutes(bound)} minutes; {} pages read) - ` +
           'raise blockListPollMaxAttempts, or check ListSnapshotBlocks throttling in the account.',
         sfn.JsonPath.jsonToString($('$.sourceBlocks.pages')),
       ),

@@ -38,7 +38,7 @@ test('every function Handler resolves to a callable in the Lambda package, with 
   );
   const handlers = functions.map((fn) => String(fn.Properties.Handler));
   expect(handlers.sort()).toEqual(TASK_MODULES.map(handlerOf).sort());
-  expect(handlers).toHaveLength(13);
+  expect(handlers).toHaveLength(14);
   // The union of every function's environment (start_from_tag adds STATE_MACHINE_ARN).
   const environment = plainEnvironment(
     Object.assign({}, ...functions.map((fn) => fn.Properties.Environment.Variables)),

@@ -29,6 +29,7 @@ describe('settings', () => {
       triggerTagKey: 'compact',
       maxLaunchAttempts: 3,
       sourcePoll: { intervalSeconds: 60, maxAttempts: 360 },
+      blockListPoll: { intervalSeconds: 10, maxAttempts: 20 },
       readyPoll: { intervalSeconds: 15, maxAttempts: 40 },
       attachPoll: { intervalSeconds: 10, maxAttempts: 60 },
       compactionPoll: { intervalSeconds: 120, maxAttempts: 360 },
@@ -72,15 +73,18 @@ describe('settings', () => {
     expect(read({ instanceTypes: 'm7g.2xlarge' }).instanceTypes).toEqual(['m7g.2xlarge']);
   });
 
-  test('source and attach polls are settings; the compaction poll takes only its shortest interval', () => {
+  test('source, block-list and attach polls are settings; the compaction poll takes only its shortest interval', () => {
     const s = read({
       sourcePollSeconds: '30',
       sourcePollMaxAttempts: '100',
+      blockListPollSeconds: '15',
+      blockListPollMaxAttempts: 40,
       attachPollSeconds: 5,
       attachPollMaxAttempts: 20,
       compactionPollSeconds: 60,
     });
     expect(s.sourcePoll).toEqual({ intervalSeconds: 30, maxAttempts: 100 });
+    expect(s.blockListPoll).toEqual({ intervalSeconds: 15, maxAttempts: 40 });
     expect(s.attachPoll).toEqual({ intervalSeconds: 5, maxAttempts: 20 });
     expect(s.compactionPoll).toEqual({ intervalSeconds: 60, maxAttempts: COMPACTION_POLL_MAX_ATTEMPTS });
     expect(COMPACTION_POLL_MAX_ATTEMPTS).toBe(360);
@@ -116,8 +120,10 @@ describe('settings', () => {
       { snapshotPollMaxAttempts: 3000 },
       /allow \d+ history events in the worst case, over the Step Functions limit of 25000/,
     ],
-    [{ maxLaunchAttempts: 4 }, /allow 29880 history events in the worst case/],
+    [{ maxLaunchAttempts: 4 }, /allow 30100 history events in the worst case/],
     [{ sourcePollMaxAttempts: 500 }, /over the Step Functions limit/],
+    [{ blockListPollMaxAttempts: 40 }, /allow 25040 history events in the worst case/],
+    [{ blockListPollSeconds: 4 }, /"blockListPollSeconds" must be a whole number from 5 to 3600/],
     [{ attachPollMaxAttempts: 100 }, /over the Step Functions limit/],
     [
       { compactionPollMaxAttempts: 100 },
@@ -136,6 +142,7 @@ describe('settings', () => {
       worstCaseHistoryEvents({ ...base, ...patch }) > worstCaseHistoryEvents(base);
     expect(more({ maxLaunchAttempts: 4 })).toBe(true);
     expect(more({ sourcePoll: { intervalSeconds: 60, maxAttempts: 361 } })).toBe(true);
+    expect(more({ blockListPoll: { intervalSeconds: 10, maxAttempts: 21 } })).toBe(true);
     expect(more({ readyPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
     expect(more({ attachPoll: { intervalSeconds: 10, maxAttempts: 61 } })).toBe(true);
     expect(more({ compactionPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
@@ -143,9 +150,9 @@ describe('settings', () => {
     expect(more({ teardownPoll: { intervalSeconds: 30, maxAttempts: 21 } })).toBe(true);
   });
 
-  test('the history estimate: sources once, per launch ready + attach + 360 compaction calls + teardown, then snapshot and two teardowns', () => {
+  test('the history estimate: sources and block lists once, per launch ready + attach + 360 compaction calls + teardown, then snapshot and two teardowns', () => {
     const s = read({});
-    const iterations = 360 + 3 * (40 + 60 + 360 + 20) + 360 + 2 * 20;
+    const iterations = 360 + 20 + 3 * (40 + 60 + 360 + 20) + 360 + 2 * 20;
     expect(worstCaseHistoryEvents(s)).toBe(iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS);
     // The compaction poll counts at its cap whatever the minimum interval: the plan may use every call.
     expect(worstCaseHistoryEvents(read({ compactionPollSeconds: 3600 }))).toBe(worstCaseHistoryEvents(s));

@@ -1,4 +1,13 @@
-import { LAMBDA_SERVICE_ERRORS, PHASES, TRANSIENT_AWS_ERROR } from '../../lib/workflow-building-blocks';
+import * as fs from 'fs';
+import * as path from 'path';
+import { LAMBDAS_DIR, TASK_TIMEOUTS } from '../../lib/task-functions';
+import { BLOCK_LIST_SLICE_SECONDS } from '../../lib/workflow';
+import {
+  LAMBDA_SERVICE_ERRORS,
+  PHASES,
+  POLL_LOOPS,
+  TRANSIENT_AWS_ERROR,
+} from '../../lib/workflow-building-blocks';
 import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 /** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
@@ -94,6 +103,8 @@ describe('state machine definition', () => {
     sourcePollMaxAttempts: 100,
     attachPollSeconds: 20,
     attachPollMaxAttempts: 30,
+    blockListPollSeconds: 15,
+    blockListPollMaxAttempts: 12,
     maxLaunchAttempts: 2,
   });
   const definition = stateMachineDefinition(template);
@@ -105,6 +116,7 @@ describe('state machine definition', () => {
     expect([...modules].sort()).toEqual(
       [
         'prepare',
+        'list_source_blocks',
         'launch',
         'check_instance',
         'attach_volumes',
@@ -165,6 +177,7 @@ describe('state machine definition', () => {
     expect(before.map(([name]) => name).sort()).toEqual(
       [
         'Prepare',
+        'List source blocks',
         'Launch transfer instance',
         'Check instance',
         'Attach volumes',
@@ -266,6 +279,7 @@ describe('state machine definition', () => {
       'plan.$': '$.plan',
       'instance.$': '$.instance',
       'attached.$': '$.attached',
+      'sourceBlocks.$': '$.sourceBlocks',
     });
     expect(definition.States['Create snapshots'].Parameters).toEqual({
       'plan.$': '$.plan',
@@ -299,8 +313,8 @@ describe('state machine definition', () => {
         increments: true,
       });
     }
-    // sources, ready, attach, compaction, snapshot, four teardown loops and the relaunch.
-    expect(cut.size).toBe(10);
+    // sources, blocks, ready, attach, compaction, snapshot, four teardown loops and the relaunch.
+    expect(cut.size).toBe(11);
     const names = Object.keys(definition.States);
     expect(cycles(names, (name) => successors(definition.States[name])).length).toBeGreaterThan(0);
     const remaining = cycles(names, (name) =>
@@ -312,6 +326,7 @@ describe('state machine definition', () => {
   test('poll loops use the configured interval and bound', () => {
     const loops: [string, string, number, number, string][] = [
       ['Wait for source snapshots', 'sources', 45, 100, 'SnapshotNotCompleted'],
+      ['List source blocks', 'blocks', 15, 12, 'BlockListIncomplete'],
       ['Wait until ready', 'ready', 15, 40, 'InstanceNotReady'],
       ['Attach volumes', 'attach', 20, 30, 'VolumesNotAttached'],
       ['Snapshots', 'snapshot', 120, 360, 'SnapshotTimedOut'],
@@ -370,6 +385,48 @@ describe('state machine definition', () => {
     });
   });
 
+  test('the block lists are made after the sources are completed and before the launch, resumably', () => {
+    expect(definition.States['Wait for source snapshots: done'].Next).toBe('List blocks phase');
+    expect(definition.States['List blocks phase'].Parameters!['listBlocks.$']).toBe('$$.State.EnteredTime');
+    expect(definition.States['List blocks phase'].Next).toBe('List source blocks: first call');
+    // called at once, then after each wait; done when the Lambda says complete
+    expect(definition.States['List source blocks: first call'].Next).toBe('List source blocks');
+    expect(definition.States['List source blocks: done'].Next).toBe('Launch phase');
+    expect(definition.States['Launch phase'].Next).toBe('Launch transfer instance');
+    // each call gets the previous call's result (where to resume) and replaces it
+    expect(definition.States['List source blocks']).toMatchObject({
+      Parameters: { 'plan.$': '$.plan', 'sourceBlocks.$': '$.sourceBlocks' },
+      ResultPath: '$.sourceBlocks',
+      Next: 'List source blocks: check',
+    });
+    expect(definition.States['List source blocks: check'].Choices![0]).toEqual({
+      Variable: '$.sourceBlocks.complete',
+      BooleanEquals: true,
+      Next: 'List source blocks: done',
+    });
+    // the cause counts the listing slice of each call, not only the waits: 12 x (15 s + 60 s) = 15 minutes
+    expect(definition.States['List source blocks: gave up'].Parameters!['Cause.$']).toBe(
+      "States.Format('The source snapshots\\' blocks were not all listed in 12 calls (about 15 minutes; {} " +
+        "pages read) - raise blockListPollMaxAttempts, or check ListSnapshotBlocks throttling in the account.', " +
+        'States.JsonToString($.sourceBlocks.pages))',
+    );
+  });
+
+  test("the listing slice the messages count is the Lambda's, and its timeout leaves room after it", () => {
+    const source = fs.readFileSync(path.join(LAMBDAS_DIR, 'compactor', 'source_blocks.py'), 'utf8');
+    const slice = /^SLICE_SECONDS = ([0-9.]+)/m.exec(source);
+    expect(Number(slice?.[1])).toBe(BLOCK_LIST_SLICE_SECONDS);
+    expect(TASK_TIMEOUTS.list_source_blocks.toSeconds()).toBeGreaterThanOrEqual(
+      BLOCK_LIST_SLICE_SECONDS + 60,
+    );
+  });
+
+  test('a relaunch keeps the block lists (the next attempt fetches the same bundle) and lists nothing again', () => {
+    expect(definition.States['Relaunch'].Parameters).toMatchObject({ 'sourceBlocks.$': '$.sourceBlocks' });
+    expect(definition.States['Relaunch'].Next).toBe('Launch phase');
+    expect(reachable(definition, 'Relaunch').has('List source blocks')).toBe(false);
+  });
+
   test('each phase has a Pass state that stamps $.timings.<phase> with the state entered time', () => {
     for (const phase of PHASES) {
       const stamps = states.filter(
@@ -386,8 +443,13 @@ describe('state machine definition', () => {
       'input.$': '$',
       'executionName.$': '$$.Execution.Name',
       launchAttempt: 1,
-      polls: { sources: 0, ready: 0, attach: 0, compaction: 0, snapshot: 0, teardown: 0 },
+      polls: { sources: 0, blocks: 0, ready: 0, attach: 0, compaction: 0, snapshot: 0, teardown: 0 },
+      // no block list yet: list_source_blocks starts from scratch
+      'sourceBlocks.$': "States.StringToJson('null')",
     });
+    expect(Object.keys(definition.States['Start'].Parameters!.polls as object).sort()).toEqual(
+      [...POLL_LOOPS].sort(),
+    );
   });
 
   test('the execution output is the report', () => {

@@ -67,10 +67,42 @@ const ATTACHED = {
   waitingFor: [],
 };
 
+/** What list_source_blocks answers once every source is listed (compactor/models.py SourceBlocksResult). */
+const SOURCE_BLOCKS = {
+  complete: true,
+  bundleKey: `${EXECUTION_NAME}/source-blocks.tar.gz`,
+  volumes: [
+    {
+      index: 0,
+      snapshotId: 'snap-a',
+      done: true,
+      heldBlocks: 1234,
+      volumeSizeGiB: 8,
+      nextToken: null,
+      nextBlockIndex: 16384,
+      parts: 1,
+      blockListError: null,
+    },
+  ],
+  pages: 1,
+};
+
+/** A listing still under way after `pages` pages: where the next call resumes. */
+function listingUnderWay(pages: number) {
+  return {
+    ...SOURCE_BLOCKS,
+    complete: false,
+    bundleKey: null,
+    volumes: [{ ...SOURCE_BLOCKS.volumes[0], done: false, nextToken: `token-${pages}`, parts: pages }],
+    pages,
+  };
+}
+
 /** Handlers that succeed at once, as on a smooth run. */
 function happyHandlers(plan: Json = PLAN): Record<string, Handler> {
   return {
     prepare: () => plan,
+    list_source_blocks: () => SOURCE_BLOCKS,
     launch: (p) => ({ instanceId: `i-${p.launchAttempt}`, availabilityZone: 'us-east-1a' }),
     check_instance: (_p, call) => ({ ready: call >= 2, state: 'running', pingStatus: 'Online' }),
     attach_volumes: (_p, call) =>
@@ -154,6 +186,7 @@ const callsOf = (outcome: Outcome, module: string) => outcome.calls.filter((c) =
 describe('the workflow, run with fake tasks', () => {
   const template = synthTemplate({
     sourcePollMaxAttempts: 3,
+    blockListPollMaxAttempts: 4,
     readyPollMaxAttempts: 4,
     attachPollMaxAttempts: 3,
     teardownPollMaxAttempts: 3,
@@ -165,6 +198,7 @@ describe('the workflow, run with fake tasks', () => {
     expect(outcome.error).toBeUndefined();
     expect(modules(outcome)).toEqual([
       'prepare',
+      'list_source_blocks',
       'launch',
       'check_instance',
       'check_instance',
@@ -180,6 +214,7 @@ describe('the workflow, run with fake tasks', () => {
     ]);
     const [
       prepare,
+      listSourceBlocks,
       launch,
       checkInstance,
       ,
@@ -194,11 +229,14 @@ describe('the workflow, run with fake tasks', () => {
       report,
     ] = outcome.calls.map((c) => c.payload);
     expect(prepare).toEqual({ input, executionName: EXECUTION_NAME });
+    // the first call starts from scratch
+    expect(listSourceBlocks).toEqual({ plan: PLAN, sourceBlocks: null });
     expect(launch).toEqual({ plan: PLAN, launchAttempt: 1 });
     expect(Object.keys(checkInstance).sort()).toEqual(['instance', 'plan']);
     expect(Object.keys(attachVolumes).sort()).toEqual(['instance', 'plan']);
-    expect(Object.keys(startCompaction).sort()).toEqual(['attached', 'instance', 'plan']);
+    expect(Object.keys(startCompaction).sort()).toEqual(['attached', 'instance', 'plan', 'sourceBlocks']);
     expect(startCompaction.attached).toEqual(ATTACHED);
+    expect(startCompaction.sourceBlocks).toEqual(SOURCE_BLOCKS);
     expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'instance']);
     expect(checkCompaction.command).toEqual({ commandId: 'cmd-1' });
     expect(createSnapshots).toEqual({ plan: PLAN, attached: ATTACHED });
@@ -215,6 +253,7 @@ describe('the workflow, run with fake tasks', () => {
       [
         'start',
         'prepare',
+        'listBlocks',
         'launch',
         'waitReady',
         'attach',
@@ -228,8 +267,11 @@ describe('the workflow, run with fake tasks', () => {
     );
     expect(report.timings.registerImage).toBeNull();
     expect(report.timings.compaction).toBe('2026-01-01T00:00:00Z');
+    // the report reads heldBlocks per volume from here
+    expect(report.sourceBlocks).toEqual(SOURCE_BLOCKS);
     expect(report.polls).toEqual({
       sources: 1,
+      blocks: 1,
       ready: 2,
       attach: 2,
       compaction: 2,
@@ -270,6 +312,12 @@ describe('the workflow, run with fake tasks', () => {
     expect(outcome.error).toBeUndefined();
     expect(callsOf(outcome, 'launch').map((c) => c.payload.launchAttempt)).toEqual([1, 2]);
     expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['retry', 'success']);
+    // listed once; the relaunch keeps the lists and the second command gets them too
+    expect(callsOf(outcome, 'list_source_blocks')).toHaveLength(1);
+    expect(callsOf(outcome, 'start_compaction').map((c) => c.payload.sourceBlocks)).toEqual([
+      SOURCE_BLOCKS,
+      SOURCE_BLOCKS,
+    ]);
     const secondLaunch = outcome.calls.findIndex(
       (c) => c.module === 'launch' && c.payload.launchAttempt === 2,
     );
@@ -370,7 +418,13 @@ describe('the workflow, run with fake tasks', () => {
         call < 3 ? { ...PLAN, sourcesReady: false, pendingSnapshotIds: ['snap-a'] } : PLAN,
     });
     expect(outcome.error).toBeUndefined();
-    expect(modules(outcome).slice(0, 4)).toEqual(['prepare', 'prepare', 'prepare', 'launch']);
+    expect(modules(outcome).slice(0, 5)).toEqual([
+      'prepare',
+      'prepare',
+      'prepare',
+      'list_source_blocks',
+      'launch',
+    ]);
     expect(callsOf(outcome, 'launch')[0].payload.plan).toEqual(PLAN);
     expect(callsOf(outcome, 'report')[0].payload.polls.sources).toBe(3);
   });
@@ -384,6 +438,73 @@ describe('the workflow, run with fake tasks', () => {
     expect(outcome.error?.name).toBe('SnapshotNotCompleted');
     expect(outcome.error?.message).toContain('["snap-a","snap-b"]');
     expect(outcome.error?.message).toContain('pending after 3 minutes'); // sourcePoll: 3 calls 60 s apart
+  });
+
+  test('block lists not complete yet: list_source_blocks is called again with its own last answer, then the run goes on', async () => {
+    const outcome = await run(template, input, {
+      list_source_blocks: (_p, call) => (call < 3 ? listingUnderWay(call) : SOURCE_BLOCKS),
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(0, 5)).toEqual([
+      'prepare',
+      'list_source_blocks',
+      'list_source_blocks',
+      'list_source_blocks',
+      'launch',
+    ]);
+    // each call resumes where the previous one stopped
+    expect(callsOf(outcome, 'list_source_blocks').map((c) => c.payload)).toEqual([
+      { plan: PLAN, sourceBlocks: null },
+      { plan: PLAN, sourceBlocks: listingUnderWay(1) },
+      { plan: PLAN, sourceBlocks: listingUnderWay(2) },
+    ]);
+    expect(callsOf(outcome, 'start_compaction')[0].payload.sourceBlocks).toEqual(SOURCE_BLOCKS);
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.polls.blocks).toBe(3);
+    expect(report.sourceBlocks).toEqual(SOURCE_BLOCKS);
+  });
+
+  test('block lists never complete: BlockListIncomplete at the bound with the pages read, after the failure teardown', async () => {
+    const outcome = await run(template, input, {
+      list_source_blocks: (_p, call) => listingUnderWay(call * 10),
+    });
+    expect(modules(outcome)).toEqual([
+      'prepare',
+      'list_source_blocks',
+      'list_source_blocks',
+      'list_source_blocks',
+      'list_source_blocks',
+      'teardown',
+      'report',
+    ]);
+    expect(callsOf(outcome, 'launch')).toEqual([]);
+    expect(callsOf(outcome, 'teardown')[0].payload).toEqual({
+      executionName: EXECUTION_NAME,
+      outcome: 'failure',
+      keep: { snapshotIds: [], imageId: null },
+    });
+    expect(callsOf(outcome, 'report')[0].state).toBe('Report failure');
+    expect(outcome.error?.name).toBe('BlockListIncomplete');
+    // blockListPoll: 4 calls 10 s apart, each listing for up to a minute
+    expect(outcome.error?.message).toBe(
+      "The source snapshots' blocks were not all listed in 4 calls (about 5 minutes; 40 pages read) - " +
+        'raise blockListPollMaxAttempts, or check ListSnapshotBlocks throttling in the account.',
+    );
+  });
+
+  test('an error in List source blocks goes to the failure chain before anything is launched', async () => {
+    const outcome = await run(template, input, {
+      list_source_blocks: () => {
+        throw new TaskError('AccessDenied', 'PutObject on the source blocks bucket: Access Denied');
+      },
+    });
+    expect(modules(outcome)).toEqual(['prepare', 'list_source_blocks', 'teardown', 'report']);
+    expect(callsOf(outcome, 'teardown')[0].payload.outcome).toBe('failure');
+    expect(callsOf(outcome, 'report')[0].payload.error).toEqual({
+      Error: 'AccessDenied',
+      Cause: 'PutObject on the source blocks bucket: Access Denied',
+    });
+    expect(outcome.error?.name).toBe('AccessDenied');
   });
 
   test('an error in Report keeps the snapshots: warnings teardown (success), report with warnings, SUCCEEDED', async () => {
