@@ -1,8 +1,9 @@
-import { spawnSync } from 'child_process';
+import { ChildProcess, spawn, spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as YAML from 'yaml';
+import { LAMBDAS_DIR } from '../../lib/task-functions';
 import {
   MAX_DOCUMENT_BYTES,
   PROGRAM_PLACEHOLDER,
@@ -151,11 +152,18 @@ case "$1" in
         echo "/dev/fake-$1"
         ;;
       copy)
+        # what each copy got as its block list (the file is gone when the script ends)
+        prev=""
+        blocks=""
+        for arg in "$@"; do
+          if [ "$prev" = "--source-blocks" ]; then blocks="$arg"; echo "$1 $(cat "$arg")" >> "$FAKE_LOG.blocks"; fi
+          prev="$arg"
+        done
         echo "copying $1 to $2" >&2
         echo "a progress line on stdout"
         if [ "$1" = "/dev/fake-$FAKE_FAIL_COPY" ]; then echo 'sparsecopy: error: read error on "'"$1"'" at 4096'"\${FAKE_ERROR_TAIL:-}" >&2; exit 1; fi
         if [ "$1" = "/dev/fake-$FAKE_NO_SUMMARY" ]; then echo "done"; exit 0; fi
-        exec "$REAL_PYTHON" -c "$FAKE_SUMMARY_PY" "$1"
+        exec "$REAL_PYTHON" -c "$FAKE_SUMMARY_PY" "$1" "$blocks"
         ;;
       summarize)
         if [ -n "\${FAKE_SUMMARIZE_CRASH:-}" ]; then echo "sparsecopy: error: internal error: boom" >&2; exit 3; fi
@@ -171,7 +179,8 @@ esac
   /**
    * What `sparsecopy copy` prints as its last stdout line, for the source device in argv[1]: the byte
    * counts are 1000 and 42 times the last hex digit of the volume id, FAKE_PARTITIONS partitions
-   * (default 2) with a note of FAKE_NOTE_LENGTH characters (default none).
+   * (default 2) with a note of FAKE_NOTE_LENGTH characters (default none); with a block list (argv[2]), the
+   * blocks it lists as held_blocks and one fewer as held_blocks_read, else both null (as the program does).
    */
   const FAKE_SUMMARY_PY = [
     'import json, os, sys',
@@ -182,9 +191,11 @@ esac
     '          "allocated_bytes": 1 << 30, "fsck": "not checked: ntfs has no checker"} for n in range(count)]',
     'for part in parts:',
     '    if note: part["note"] = note',
+    'held = sum(r[1] for r in json.load(open(sys.argv[2]))["BlockRanges"]) if sys.argv[2] else None',
     'print(json.dumps({"source_bytes_read": 1000 * digit, "target_bytes_written": 42 * digit,',
     '                  "partitions": parts, "verified": True, "seconds": 1.5, "table": "gpt",',
-    '                  "outside_partitions_bytes": 1048576}))',
+    '                  "outside_partitions_bytes": 1048576, "held_blocks": held,',
+    '                  "held_blocks_read": None if held is None else held - 1}))',
   ].join('\n');
 
   const DEFAULT_PARAMETERS = {
@@ -196,9 +207,15 @@ esac
     Jobs: '16',
     Verify: 'true',
     TimeoutSeconds: '3600',
+    SourceBlocksUrl: '',
   };
 
-  function runScript(parameters: Partial<typeof DEFAULT_PARAMETERS>, env: Record<string, string> = {}) {
+  /** `extraBin`: more fake programs (name -> script) put before the real ones on PATH. */
+  function runScript(
+    parameters: Partial<typeof DEFAULT_PARAMETERS>,
+    env: Record<string, string> = {},
+    extraBin: Record<string, string> = {},
+  ) {
     const dir = tempDir('document-');
     try {
       const bin = path.join(dir, 'bin');
@@ -206,6 +223,9 @@ esac
       fs.mkdirSync(bin);
       fs.mkdirSync(tmp);
       fs.writeFileSync(path.join(bin, 'python3'), FAKE_PYTHON3, { mode: 0o755 });
+      for (const [name, text] of Object.entries(extraBin)) {
+        fs.writeFileSync(path.join(bin, name), text, { mode: 0o755 });
+      }
       const values = { ...DEFAULT_PARAMETERS, ...parameters };
       // the real program: the fake python3 passes `summarize` on to it
       const content = renderCommandDocument();
@@ -237,6 +257,10 @@ esac
         stdoutLines: result.stdout.split('\n').filter((line) => line !== ''),
         stderr: result.stderr,
         calls: fs.readFileSync(log, 'utf8').trim().split('\n'),
+        /** "<source device> <content of its --source-blocks file>" per copy that got one. */
+        blockLists: fs.existsSync(`${log}.blocks`)
+          ? fs.readFileSync(`${log}.blocks`, 'utf8').trim().split('\n')
+          : [],
         leftInTmp: fs.readdirSync(tmp),
       };
     } finally {
@@ -252,6 +276,8 @@ esac
       source_bytes_read: 1000 * digit,
       target_bytes_written: 42 * digit,
       outside_partitions_bytes: 1048576,
+      held_blocks: null,
+      held_blocks_read: null,
       verified: true,
       seconds: 1.5,
       table: 'gpt',
@@ -413,6 +439,246 @@ esac
     expect(JSON.parse(run.stdoutLines[0])).toEqual({
       error: expect.stringMatching(/^sparsecopy copy printed no JSON summary/),
       sourceVolumeId: 'vol-0000000000000000a',
+    });
+  });
+
+  /**
+   * The block lists as the instance gets them: a local HTTP server (python -m http.server, a process of its
+   * own because spawnSync blocks this one) serves a gzip tar made like list_source_blocks makes it.
+   */
+  describe('with source block lists', () => {
+    const THREE = {
+      SourceVolumeIds: 'vol-0000000000000000a,vol-0000000000000000b,vol-0000000000000000c',
+      TargetVolumeIds: 'vol-1111111111111111a,vol-1111111111111111b,vol-1111111111111111c',
+      SourceDeviceNames: '/dev/sdf,/dev/sdg,/dev/sdh',
+      TargetDeviceNames: '/dev/sdp,/dev/sdq,/dev/sdr',
+    };
+    // volume 1 has no list (EBS would not list its snapshot): it is copied without one
+    const LISTS: Record<string, unknown> = {
+      'volume-0.json': { BlockSize: 524288, VolumeSize: 8, SnapshotId: 'snap-a', BlockRanges: [[0, 3]] },
+      'volume-2.json': { BlockSize: 524288, VolumeSize: 16, SnapshotId: 'snap-c', BlockRanges: [[7, 1]] },
+    };
+    const QUERY =
+      'X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=ASIAEXAMPLE%2F20260101%2Fus-east-1%2Fs3%2Faws4_request' +
+      '&X-Amz-Date=20260101T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=0123abcd';
+    const MAKE_BUNDLE = [
+      'import io, json, sys, tarfile',
+      'with tarfile.open(sys.argv[1], "w:gz") as tar:',
+      '    for name, value in json.loads(sys.argv[2]).items():',
+      '        body = json.dumps(value, separators=(",", ":")).encode()',
+      '        info = tarfile.TarInfo(name)',
+      '        info.size = len(body)',
+      '        tar.addfile(info, io.BytesIO(body))',
+    ].join('\n');
+    let served: string;
+    let server: ChildProcess;
+    let base: string;
+    let requests = '';
+
+    /** The server's request log reaches this process asynchronously. */
+    async function requestLogged(line: string): Promise<string> {
+      for (let i = 0; i < 100 && !requests.includes(line); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      return requests;
+    }
+
+    beforeAll(async () => {
+      served = tempDir('served-');
+      fs.mkdirSync(path.join(served, 'exec-1'));
+      const made = spawnSync(
+        PYTHON,
+        ['-c', MAKE_BUNDLE, path.join(served, 'exec-1', 'source-blocks.tar.gz'), JSON.stringify(LISTS)],
+        { encoding: 'utf8' },
+      );
+      expect(made.stderr).toBe('');
+      fs.writeFileSync(path.join(served, 'exec-1', 'not-a-bundle.tar.gz'), '<Error>AccessDenied</Error>');
+      server = spawn(PYTHON, ['-u', '-m', 'http.server', '0', '--bind', '127.0.0.1', '--directory', served], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      server.stderr!.on('data', (chunk: Buffer) => (requests += chunk.toString()));
+      const port = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        server.stdout!.on('data', (chunk: Buffer) => {
+          out += chunk.toString();
+          const m = /port (\d+)/.exec(out);
+          if (m) resolve(m[1]);
+        });
+        server.on('exit', (code) => reject(new Error(`http.server exited with ${code}: ${requests}`)));
+      });
+      base = `http://127.0.0.1:${port}`;
+    });
+
+    afterAll(() => {
+      server?.kill();
+      if (served) fs.rmSync(served, { recursive: true, force: true });
+    });
+
+    test('the bundle is fetched with the whole presigned query, and each listed volume gets its own file', async () => {
+      const url = `${base}/exec-1/source-blocks.tar.gz?${QUERY}`;
+      const run = runScript({ ...THREE, SourceBlocksUrl: url });
+      expect(run.stderr).toContain('fetching the source block lists');
+      expect(run.status).toBe(0);
+      expect(run.stdoutLines).toHaveLength(1);
+      // the copies' held blocks reach the line the report reads
+      expect(
+        JSON.parse(run.stdoutLines[0]).volumes.map((v: Record<string, unknown>) => [
+          v.sourceVolumeId,
+          v.held_blocks,
+          v.held_blocks_read,
+        ]),
+      ).toEqual([
+        ['vol-0000000000000000a', 3, 2],
+        ['vol-0000000000000000b', null, null],
+        ['vol-0000000000000000c', 1, 0],
+      ]);
+      // the & and % of the signature reached the server as they were
+      const line = `"GET /exec-1/source-blocks.tar.gz?${QUERY} HTTP/1.1" 200`;
+      expect(await requestLogged(line)).toContain(line);
+      const copies = run.calls.filter((call) => call.startsWith('copy '));
+      const flags = '--method allocated --jobs 16 --verify';
+      expect(copies).toHaveLength(3);
+      expect(copies[0]).toMatch(
+        new RegExp(
+          `^copy /dev/fake-vol-0000000000000000a /dev/fake-vol-1111111111111111a ${flags} ` +
+            '--source-blocks /\\S+/blocks/volume-0\\.json$',
+        ),
+      );
+      expect(copies[1]).toBe(`copy /dev/fake-vol-0000000000000000b /dev/fake-vol-1111111111111111b ${flags}`);
+      expect(copies[2]).toMatch(
+        new RegExp(
+          `^copy /dev/fake-vol-0000000000000000c /dev/fake-vol-1111111111111111c ${flags} ` +
+            '--source-blocks /\\S+/blocks/volume-2\\.json$',
+        ),
+      );
+      // each file holds that volume's list, as the bundle had it
+      expect(run.blockLists).toEqual([
+        `/dev/fake-vol-0000000000000000a ${JSON.stringify(LISTS['volume-0.json'])}`,
+        `/dev/fake-vol-0000000000000000c ${JSON.stringify(LISTS['volume-2.json'])}`,
+      ]);
+      expect(run.leftInTmp).toEqual([]);
+    });
+
+    test('an empty SourceBlocksUrl fetches nothing and passes no --source-blocks', () => {
+      const curl = '#!/bin/sh\necho "curl $*" >> "$FAKE_LOG"\nexit 7\n';
+      const run = runScript({ ...THREE, SourceBlocksUrl: '' }, {}, { curl });
+      expect(run.status).toBe(0);
+      expect(run.calls.filter((call) => call.startsWith('curl'))).toEqual([]);
+      expect(run.calls.filter((call) => call.startsWith('copy '))).toHaveLength(3);
+      expect(run.calls.filter((call) => call.includes('--source-blocks'))).toEqual([]);
+      expect(run.blockLists).toEqual([]);
+      expect(run.stderr).not.toContain('fetching the source block lists');
+    });
+
+    test('a failed download (404): one JSON error line naming the block lists, exit 1, nothing copied', () => {
+      const run = runScript({ ...THREE, SourceBlocksUrl: `${base}/exec-1/gone.tar.gz?${QUERY}` });
+      expect(run.status).toBe(1);
+      expect(run.stdoutLines).toHaveLength(1);
+      expect(JSON.parse(run.stdoutLines[0])).toEqual({
+        error: expect.stringMatching(
+          /^could not fetch the source block lists .*: curl: \(22\) The requested URL returned error: 404/,
+        ),
+        sourceVolumeId: 'vol-0000000000000000a',
+      });
+      expect(run.calls.filter((call) => call !== '')).toEqual([]);
+      expect(run.leftInTmp).toEqual([]);
+    });
+
+    test('a body that is not a gzip tar: one JSON error line naming the block lists, exit 1, nothing copied', () => {
+      const run = runScript({ ...THREE, SourceBlocksUrl: `${base}/exec-1/not-a-bundle.tar.gz?${QUERY}` });
+      expect(run.status).toBe(1);
+      expect(run.stdoutLines).toHaveLength(1);
+      expect(JSON.parse(run.stdoutLines[0])).toEqual({
+        error: expect.stringMatching(/^could not unpack the source block lists: .*gzip/),
+        sourceVolumeId: 'vol-0000000000000000a',
+      });
+      expect(run.calls.filter((call) => call !== '')).toEqual([]);
+      expect(run.leftInTmp).toEqual([]);
+    });
+  });
+
+  describe('the SourceBlocksUrl parameter', () => {
+    const pattern = new RegExp(renderCommandDocument().parameters.SourceBlocksUrl.allowedPattern as string);
+    const BUCKET = 'ebssnapshotcompactor-sourceblocksbucket3c7b9cc8-0a1b2c3d4e5f';
+
+    /** URLs start_compaction would send: compactor.source_blocks.presigned_url, with a Lambda-like session. */
+    function lambdaUrls(region: string, executionName: string): string {
+      const result = spawnSync(
+        PYTHON,
+        [
+          '-c',
+          'import sys\nfrom compactor import source_blocks\n' +
+            'print(source_blocks.presigned_url(sys.argv[1], source_blocks.bundle_key(sys.argv[2])))',
+          BUCKET,
+          executionName,
+        ],
+        {
+          cwd: LAMBDAS_DIR,
+          encoding: 'utf8',
+          env: {
+            PATH: process.env.PATH,
+            PYTHONPATH: LAMBDAS_DIR,
+            AWS_DEFAULT_REGION: region,
+            AWS_ACCESS_KEY_ID: 'ASIAEXAMPLEEXAMPLE12',
+            AWS_SECRET_ACCESS_KEY: 'x'.repeat(40),
+            // Lambda session tokens run to about 1,000-1,300 characters; + / = become %XX in the URL
+            AWS_SESSION_TOKEN: 'IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ+/='
+              .repeat(30)
+              .slice(0, 1400),
+            POWERTOOLS_TRACE_DISABLED: 'true',
+          },
+        },
+      );
+      expect(result.stderr).toBe('');
+      return result.stdout.trim();
+    }
+
+    test("accepts no URL, the twin's http URL and what start_compaction presigns, whatever the execution name", () => {
+      expect(pattern.test('')).toBe(true);
+      expect(
+        pattern.test('http://127.0.0.1:4566/bucket/exec-1/source-blocks.tar.gz?X-Amz-Signature=ab%2B'),
+      ).toBe(true);
+      // execution names may hold ' ( ) ! @ = + and non-ASCII letters: the key is percent-encoded
+      for (const [region, name] of [
+        ['us-east-1', 'exec-1'],
+        ['eu-west-1', "run'(1)!@\u00e9=+_x"],
+      ]) {
+        const url = lambdaUrls(region, name);
+        expect(url).toMatch(/^https:\/\/.*X-Amz-Security-Token=.*X-Amz-Signature=[0-9a-f]{64}$/);
+        expect({ url, ok: pattern.test(url) }).toEqual({ url, ok: true });
+      }
+    });
+
+    test.each([
+      ['a single quote', "https://b.s3.amazonaws.com/k?a='$(reboot)'"],
+      ['a double quote', 'https://b.s3.amazonaws.com/k?a="b"'],
+      ['a space', 'https://b.s3.amazonaws.com/my key'],
+      ['a backtick', 'https://b.s3.amazonaws.com/k?`reboot`'],
+      ['a semicolon', 'https://b.s3.amazonaws.com/k;reboot'],
+      ['a newline', 'https://b.s3.amazonaws.com/k\nreboot'],
+      ['a backslash', 'https://b.s3.amazonaws.com/k\\'],
+      ['a file URL', 'file:///etc/shadow'],
+      ['an ftp URL', 'ftp://b.example/k'],
+      ['no scheme', 'b.s3.amazonaws.com/k'],
+      ['4,001 characters after the scheme', `https://${'k'.repeat(4001)}`],
+    ])('refuses a value with %s (the script puts it in single quotes)', (_what, value) => {
+      expect(pattern.test(value)).toBe(false);
+    });
+
+    test('accepts 4,000 characters after the scheme', () => {
+      expect(pattern.test(`https://${'k'.repeat(4000)}`)).toBe(true);
+    });
+
+    /**
+     * KNOWN BUG, lambdas/compactor/aws.py (not this suite's to fix): botocore presigns with the legacy global
+     * host <bucket>.s3.amazonaws.com unless the client asks for virtual addressing
+     * (Config(s3={"addressing_style": "virtual"}) gives <bucket>.s3.<region>.amazonaws.com). Outside us-east-1
+     * S3 answers a new bucket's global host with a 307 to the regional one for up to a day (the signed host no
+     * longer matches), and Regions launched after March 2019 do not serve it at all (boto/boto3#2989, #3015).
+     * When the client is fixed this test fails: drop `.failing`.
+     */
+    test.failing('start_compaction presigns the regional host of the bucket', () => {
+      expect(new URL(lambdaUrls('eu-west-1', 'exec-1')).host).toBe(`${BUCKET}.s3.eu-west-1.amazonaws.com`);
     });
   });
 

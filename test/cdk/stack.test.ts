@@ -90,6 +90,7 @@ describe('default stack', () => {
       ARCHITECTURE: 'x86_64',
       STATE_MACHINE_TIMEOUT_MINUTES: '2880',
       COMPACTION_POLL_SECONDS: '120',
+      SOURCE_BLOCKS_BUCKET: { Ref: Match.stringLikeRegexp('^SourceBlocksBucket') },
       ALLOW_ON_DEMAND: 'true',
       SOURCE_VOLUME_IOPS: '16000',
       SOURCE_VOLUME_THROUGHPUT: '1000',
@@ -227,7 +228,15 @@ describe('default stack', () => {
     for (const unused of [
       'ec2:DetachVolume',
       'ec2:DisableFastSnapshotRestores',
-      'ebs:ListSnapshotBlocks',
+      // the block lists are metadata: no snapshot data is read or written through the EBS direct APIs
+      'ebs:GetSnapshotBlock',
+      'ebs:ListChangedBlocks',
+      'ebs:StartSnapshot',
+      'ebs:PutSnapshotBlock',
+      'ebs:CompleteSnapshot',
+      's3:ListAllMyBuckets',
+      's3:PutBucketPolicy',
+      's3:DeleteBucket',
       'kms:Encrypt',
       'logs:GetLogEvents',
       'logs:FilterLogEvents',
@@ -238,6 +247,98 @@ describe('default stack', () => {
     ]) {
       expect(all).not.toContain(unused);
     }
+  });
+
+  test('block lists: ebs:ListSnapshotBlocks on any snapshot, the keys only through EBS, S3 only in the stack bucket', () => {
+    const [bucketId] = Object.keys(template.findResources('AWS::S3::Bucket'));
+    expect(bucketId).toMatch(/^SourceBlocksBucket/);
+    // the only EBS direct API granted: metadata, never data
+    const ebs = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('ebs:')));
+    expect(ebs.map(actionsOf)).toEqual([['ebs:ListSnapshotBlocks']]);
+    // snapshots shared by other accounts too: no account in the ARN
+    expect(JSON.stringify(ebs[0].Resource)).toMatch(/":ec2:",\{"Ref":"AWS::Region"\},"::snapshot\/\*"\]/);
+    expect(ebs[0].Condition).toBeUndefined();
+    // a key may be used only through EC2 or (to list an encrypted snapshot) through EBS, where only Decrypt
+    const kms = taskStatements.filter((s) =>
+      actionsOf(s).some((a) => a.startsWith('kms:') && a !== 'kms:DescribeKey'),
+    );
+    const via = (service: string) => ({
+      StringEquals: {
+        'kms:ViaService': { 'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+      },
+    });
+    expect(kms.map((s) => s.Condition)).toEqual([via('ec2'), via('ebs')]);
+    expect(actionsOf(kms[1])).toEqual(['kms:Decrypt']);
+    expect(kms[1].Resource).toEqual(kms[0].Resource);
+    // objects of the stack's bucket (any key: execution names are not known before), listing that bucket
+    const s3 = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('s3:')));
+    expect(s3.map((s) => [actionsOf(s).sort(), s.Resource, s.Condition])).toEqual([
+      [
+        ['s3:DeleteObject', 's3:GetObject', 's3:PutObject'],
+        { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, '/*']] },
+        undefined,
+      ],
+      [['s3:ListBucket'], { 'Fn::GetAtt': [bucketId, 'Arn'] }, undefined],
+    ]);
+  });
+
+  test('the block-list bucket: SSE-S3, no public access, TLS only, expires past the longest execution, goes with the stack', () => {
+    const buckets = Object.entries(template.findResources('AWS::S3::Bucket'));
+    expect(buckets).toHaveLength(1);
+    const [id, bucket] = buckets[0];
+    expect(bucket.DeletionPolicy).toBe('Delete');
+    expect(bucket.Properties).toMatchObject({
+      BucketEncryption: {
+        ServerSideEncryptionConfiguration: [{ ServerSideEncryptionByDefault: { SSEAlgorithm: 'AES256' } }],
+      },
+      PublicAccessBlockConfiguration: {
+        BlockPublicAcls: true,
+        BlockPublicPolicy: true,
+        IgnorePublicAcls: true,
+        RestrictPublicBuckets: true,
+      },
+      OwnershipControls: { Rules: [{ ObjectOwnership: 'BucketOwnerEnforced' }] },
+      // stateMachineTimeoutMinutes 2880 = 2 days, and a day more: what a lost execution left goes
+      LifecycleConfiguration: {
+        Rules: [
+          {
+            Status: 'Enabled',
+            ExpirationInDays: 3,
+            AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 },
+          },
+        ],
+      },
+    });
+    expect(bucket.Properties.VersioningConfiguration).toBeUndefined();
+    const policies = Object.values(template.findResources('AWS::S3::BucketPolicy')).filter(
+      (p) => p.Properties.Bucket.Ref === id,
+    );
+    expect(policies).toHaveLength(1);
+    expect(policies[0].Properties.PolicyDocument.Statement).toContainEqual(
+      expect.objectContaining({
+        Effect: 'Deny',
+        Action: 's3:*',
+        Principal: { AWS: '*' },
+        Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+      }),
+    );
+    // emptied when the stack is deleted, so the bucket can go
+    template.hasResourceProperties('Custom::S3AutoDeleteObjects', { BucketName: { Ref: id } });
+  });
+
+  test('the transfer instance has no S3 or EBS direct API permission: it fetches the block lists by a presigned URL', () => {
+    const [role] = Object.entries(template.findResources('AWS::IAM::Role')).filter(([, r]) =>
+      String(r.Properties.Description).includes('transfer instance'),
+    );
+    const statements: Statement[] = [
+      ...(role[1].Properties.Policies ?? []).flatMap(
+        (policy: { PolicyDocument: { Statement: Statement[] } }) => policy.PolicyDocument.Statement,
+      ),
+      ...attachedPolicyStatements(template, role[0]),
+    ];
+    expect(statements.length).toBeGreaterThan(0);
+    const actions = statements.flatMap(actionsOf);
+    expect(actions.filter((a) => /^(s3|ebs|kms):/.test(a) || a === '*')).toEqual([]);
   });
 
   test('CreateTags: while creating, or only the delivered tag on the stack snapshots', () => {
@@ -642,6 +743,16 @@ describe('settings change the stack', () => {
       'kms:CreateGrant',
     );
     expect(kms[0].Resource).toBe(key);
+    // the listed keys are the only ones EBS may decrypt with to list an encrypted snapshot's blocks
+    const ebsKms = statementsWith(
+      roleStatements(template, 'ebs-snapshot-compactor task Lambdas'),
+      'kms:Decrypt',
+    ).filter((s) => JSON.stringify(s.Condition).includes('ebs.'));
+    expect(ebsKms.map((s) => s.Resource)).toEqual([key]);
+    // a one-day execution: its block lists expire after two days
+    template.hasResourceProperties('AWS::S3::Bucket', {
+      LifecycleConfiguration: { Rules: [Match.objectLike({ ExpirationInDays: 2 })] },
+    });
     const conditions = JSON.stringify(roleStatements(template, 'ebs-snapshot-compactor task Lambdas'));
     expect(conditions).toContain('"Compactor2"');
     expect(conditions).not.toContain('"EbsSnapshotCompactor"');
