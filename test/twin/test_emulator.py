@@ -247,6 +247,9 @@ def test_instance_lost_fault_terminates_the_first_instance_mid_command(
         assert inv["Status"] == "InProgress"
         run = emu.state.runs[(command_id, instance_id)]
         assert run.process is not None and run.process.poll() is not None  # killed
+        # the run's thread frees the devices as it ends (after the kill, not before)
+        assert run.thread is not None
+        run.thread.join(timeout=30)
         assert emu.state.loops.attached == {}
         assert emu.state.volume_files == {}
 

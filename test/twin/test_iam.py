@@ -57,9 +57,16 @@ def test_every_call_of_the_lambdas_is_recorded_and_allowed(recorded_run: dict[st
     actions = {f"{c['service']}:{c['action']}" for c in calls}
     # the run's mutating calls are there (the twin's own set-up calls, e.g. RegisterImage of the
     # source, CreateSnapshot of registered disks, are not: they carry no X-Twin-Caller)
-    for action in ("ec2:RunInstances", "ec2:CreateVolume", "ec2:AttachVolume"):
+    for action in (
+        "ec2:RunInstances", "ec2:CreateVolume", "ec2:AttachVolume",
+        "ebs:ListSnapshotBlocks", "s3:PutObject", "s3:GetObject",
+    ):  # fmt: skip
         assert action in actions, sorted(actions)
     assert all(c["caller"] for c in calls)
+    # the instance's curl of the presigned bundle URL is judged as the function that signed it
+    presigned = [c for c in calls if c["params"].get("Presigned")]
+    assert [(c["service"], c["action"]) for c in presigned] == [("s3", "GetObject")]
+    assert "StartCompaction" in presigned[0]["caller"]
     denials = iam_check.check_calls(
         recorded_run["calls"], recorded_run["deployment"], cdk_out=recorded_run["cdk_out"]
     )
@@ -89,6 +96,8 @@ def _drop(action: str) -> Any:
         ("ec2:CreateTags", "ec2:RunInstances"),  # tag-on-create of the instance and its volumes
         ("ec2:TerminateInstances", "ec2:TerminateInstances"),
         ("iam:PassRole", "ec2:RunInstances"),  # implied: the launch template's instance profile
+        ("ebs:ListSnapshotBlocks", "ebs:ListSnapshotBlocks"),
+        ("s3:GetObject", "s3:GetObject"),  # list_source_blocks' parts and the presigned GET
     ],
 )
 def test_removing_a_grant_is_reported(

@@ -63,6 +63,7 @@ def config(emu: Emulator, compactor_modules: Any) -> Any:
             "VOLUME_INITIALIZATION_RATE": "0",
             "MAX_VOLUME_GIB": "16384",
             "DOCUMENT_NAME": "twin-refusals-CompactVolumes",
+            "SOURCE_BLOCKS_BUCKET": "twin-refusals-sourceblocks",
             "COMMAND_LOG_GROUP": "/twin-refusals/commands",
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": "compact",

@@ -20,6 +20,7 @@ from twin.scenario import Options, run
 REPO = Path(__file__).resolve().parents[2]
 HAPPY_HANDLERS = [
     "prepare",
+    "list_source_blocks",
     "launch",
     "check_instance",
     "attach_volumes",
