@@ -670,14 +670,12 @@ esac
     });
 
     /**
-     * KNOWN BUG, lambdas/compactor/aws.py (not this suite's to fix): botocore presigns with the legacy global
-     * host <bucket>.s3.amazonaws.com unless the client asks for virtual addressing
-     * (Config(s3={"addressing_style": "virtual"}) gives <bucket>.s3.<region>.amazonaws.com). Outside us-east-1
+     * botocore presigns with the legacy global host <bucket>.s3.amazonaws.com unless the client asks for virtual
+     * addressing (lambdas/compactor/aws.py does: <bucket>.s3.<region>.amazonaws.com). Outside us-east-1
      * S3 answers a new bucket's global host with a 307 to the regional one for up to a day (the signed host no
      * longer matches), and Regions launched after March 2019 do not serve it at all (boto/boto3#2989, #3015).
-     * When the client is fixed this test fails: drop `.failing`.
      */
-    test.failing('start_compaction presigns the regional host of the bucket', () => {
+    test('start_compaction presigns the regional host of the bucket', () => {
       expect(new URL(lambdaUrls('eu-west-1', 'exec-1')).host).toBe(`${BUCKET}.s3.eu-west-1.amazonaws.com`);
     });
   });
