@@ -71,6 +71,7 @@ def summary(report: dict[str, Any]) -> str:
         f"({_mib(report['new_snapshot_bytes'])})",
         f"  read from source {_mib(report['bytes_read_from_source'])}, written to target "
         f"{_mib(report['bytes_written_to_target'])}",
+        *_block_lists(report),
         (
             f"  verification     files equal: {report['files_verified']}, "
             f"fsck clean: {report['fsck_clean']}"
@@ -117,6 +118,25 @@ def summary(report: dict[str, Any]) -> str:
     lines.append(f"  report           {report['picture'].rsplit('/', 1)[0]}/report.json")
     lines.append(f"  block picture    {report['picture']}")
     return "\n".join(lines)
+
+
+def _block_lists(report: dict[str, Any]) -> list[str]:
+    """What ListSnapshotBlocks said each source holds and how much of it the copy read."""
+    workflow = report.get("workflow_report")
+    volumes = workflow.get("volumes") if isinstance(workflow, dict) else None
+    lines = []
+    for volume in volumes or []:
+        if volume.get("blockListError"):
+            held = f"not listed ({volume['blockListError']}): copied without a list"
+        elif volume.get("heldBlocks") is None:
+            continue
+        else:
+            held = (
+                f"{volume['heldBlocks']} blocks held (ListSnapshotBlocks), "
+                f"{volume.get('heldBlocksRead')} of them read"
+            )
+        lines.append(f"  block list       volume {volume['index']}: {held}")
+    return lines
 
 
 def _per_state(durations: list[dict[str, Any]], top: int = 8) -> str:

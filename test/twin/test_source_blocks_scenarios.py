@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import twin.scenario as scenario_module
+from twin import demo
 from twin.iam.check import load_calls
 from twin.scenario import Options, run
 
@@ -47,6 +48,9 @@ def test_the_listed_blocks_reach_the_copy(cdk_out: Path, tmp_path: Path) -> None
     report = scenario(cdk_out, tmp_path)
     assert LIST_STATE in report["states_visited"]
     _held_as_listed(report)
+    (volume,) = _volumes(report)
+    shown = f"volume 0: {volume['heldBlocks']} blocks held (ListSnapshotBlocks), "
+    assert shown + f"{volume['heldBlocksRead']} of them read" in demo.summary(report)
 
 
 def test_throttled_listing_is_retried(cdk_out: Path, tmp_path: Path) -> None:
