@@ -406,19 +406,6 @@ def test_the_calls_are_allowed_by_the_role_and_the_bucket_policy(recorded: dict[
     assert denials == [], "\n".join(map(str, denials))
 
 
-def _drop(action: str) -> Any:
-    def edit(policies: iam_check.Policies) -> None:
-        for entries in policies.values():
-            for entry in entries:
-                for statement in entry.get("policy", {}).get("Statement", []):
-                    actions = statement["Action"]
-                    actions = actions if isinstance(actions, list) else [actions]
-                    kept = [a for a in actions if a != action]
-                    statement["Action"] = kept or ["ec2:DescribeRegions"]
-
-    return edit
-
-
 @pytest.mark.parametrize(
     ("removed", "denied_calls"),
     [
@@ -431,7 +418,7 @@ def _drop(action: str) -> Any:
 def test_a_missing_grant_is_reported(
     recorded: dict[str, Any], removed: str, denied_calls: set[str]
 ) -> None:
-    denials = _check(recorded, edit_policies=_drop(removed))
+    denials = _check(recorded, edit_policies=iam_check.without_action(removed))
     assert {d.action for d in denials} == {removed}, "\n".join(map(str, denials))
     assert {d.call for d in denials} == denied_calls
     assert {d.caller for d in denials} == {_function(recorded["d"])}

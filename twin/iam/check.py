@@ -56,6 +56,23 @@ class _IamResolver(Resolver):
         return super().get_att(name, attr)
 
 
+def without_action(action: str) -> Callable[[Policies], None]:
+    """An `edit_policies` for check_calls that takes `action` out of every statement (a statement
+    left empty keeps a harmless Describe): what a run would be denied without that grant."""
+
+    def edit(policies: Policies) -> None:
+        for entries in policies.values():
+            for entry in entries:
+                for statement in entry.get("policy", {}).get("Statement", []):
+                    actions = statement["Action"]
+                    actions = actions if isinstance(actions, list) else [actions]
+                    statement["Action"] = [a for a in actions if a != action] or [
+                        "ec2:DescribeRegions"
+                    ]
+
+    return edit
+
+
 def _cdk_out(deployment: Deployment) -> Path:
     for fn in deployment.functions.values():
         for candidate in (fn.code_dir.parent, fn.code_dir.parent.parent):
