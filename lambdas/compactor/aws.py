@@ -48,9 +48,9 @@ def ebs() -> Any:
 @cache
 def s3() -> Any:
     # The presigned GET (compactor/source_blocks.py) must name the bucket's regional host: the
-    # default names the global one, which S3 redirects for a new bucket (the signature then no longer
-    # matches) and Regions launched since 2019 do not serve (boto/boto3#2989). An IP endpoint (the
-    # twin) still gets path style. Typed Any as ebs().
+    # default names the global one, which S3 redirects for a new bucket (the signature then no
+    # longer matches) and Regions launched since 2019 do not serve (boto/boto3#2989). An IP
+    # endpoint (the twin) still gets path style. Typed Any as ebs().
     config = BotoConfig(signature_version="s3v4", s3={"addressing_style": "virtual"})
     return boto3.client("s3", config=_BOTO_CONFIG.merge(config))
 
