@@ -11,13 +11,13 @@ BENCH_FILESYSTEMS := ext4,xfs,ntfs
 BENCH_OTHER_DISKS := empty,mixed,lvm,stale-itable
 
 lint-bench: setup
-	$(VENV)/bin/ruff check bench
-	$(VENV)/bin/ruff format --check bench
-	$(VENV)/bin/mypy --strict --python-version 3.11 bench
+	$(VENV)/bin/ruff check bench test/bench
+	$(VENV)/bin/ruff format --check bench test/bench
+	$(VENV)/bin/mypy --strict --python-version 3.11 bench test/bench
 
 # Unit tests of the bench's own parsers and arithmetic (no root, no loop devices).
 test-bench: setup
-	$(PY) -m pytest -q bench/tests
+	$(PY) -m pytest -q test/bench
 
 bench: setup test-bench
 	$(PY) -m bench --size $(or $(SIZE),2G) --fs $(or $(BENCH_FS),$(BENCH_FILESYSTEMS)) \

@@ -7,9 +7,8 @@ from compactor import aws, errors
 from compactor.config import Config
 from compactor.ec2 import launch as launch_module
 from compactor.handlers import launch, prepare
-
-from tests.conftest import EXECUTION, STACK, World
-from tests.support import capture, client_error, on_params
+from conftest import EXECUTION, STACK, World
+from support import capture, client_error, on_params
 
 
 def plan_for(world: World, **execution_input: Any) -> dict[str, Any]:

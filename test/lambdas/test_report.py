@@ -11,9 +11,8 @@ from compactor.errors import TransientAwsError
 from compactor.handlers import report
 from compactor.report import events
 from compactor.report.build import phase_seconds
-
-from tests.conftest import EXECUTION, World
-from tests.support import amend, capture, error_response, respond
+from conftest import EXECUTION, World
+from support import amend, capture, error_response, respond
 
 TIMINGS = {
     "start": "2026-11-21T10:00:00.000Z",

@@ -8,8 +8,7 @@ import boto3
 import pytest
 from compactor import aws, errors, tags
 from compactor.handlers import prepare
-
-from tests.conftest import (
+from conftest import (
     EXECUTION,
     REGION,
     SOURCE_IMAGE_ID,
@@ -18,7 +17,7 @@ from tests.conftest import (
     serve_image,
     source_image,
 )
-from tests.support import amend, error_response, respond
+from support import amend, error_response, respond
 
 READ_ONLY = ("Describe", "Get", "List")
 

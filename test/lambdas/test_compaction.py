@@ -7,8 +7,7 @@ import pytest
 from botocore.exceptions import ClientError
 from compactor import aws, errors
 from compactor.handlers import check_compaction, start_compaction
-
-from tests.conftest import (
+from conftest import (
     DOCUMENT,
     EXECUTION,
     World,
@@ -16,7 +15,7 @@ from tests.conftest import (
     ready_instance,
     serve_snapshot_blocks,
 )
-from tests.support import capture, error_response, respond
+from support import capture, error_response, respond
 
 
 def start(

@@ -9,8 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 from compactor.errors import InvalidInput, TransientAwsError
 from compactor.observability import task_handler
-
-from .support import FakeLambdaContext
+from support import FakeLambdaContext
 
 
 def _client_error(code: str, status: int) -> ClientError:

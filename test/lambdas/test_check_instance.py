@@ -5,9 +5,8 @@ from typing import Any
 import pytest
 from compactor import aws, errors
 from compactor.handlers import check_instance
-
-from tests.conftest import EXECUTION, STACK, World, plan_and_launch, ssm_ping
-from tests.support import amend, error_response, respond
+from conftest import EXECUTION, STACK, World, plan_and_launch, ssm_ping
+from support import amend, error_response, respond
 
 
 def check(world: World, plan: dict[str, Any], instance: dict[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from compactor.handlers import (
     start_compaction,
     teardown,
 )
-
-from tests.conftest import (
+from conftest import (
     EXECUTION,
     SOURCE_IMAGE_ID,
     World,
@@ -32,7 +31,7 @@ from tests.conftest import (
     source_image,
     ssm_ping,
 )
-from tests.support import capture, respond
+from support import capture, respond
 
 TIMINGS = {"start": "2026-11-21T10:00:00Z", "prepare": "2026-11-21T10:00:01Z"}
 

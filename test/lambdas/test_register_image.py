@@ -6,8 +6,7 @@ import boto3
 import pytest
 from compactor import aws, errors
 from compactor.handlers import create_snapshots, register_image
-
-from tests.conftest import (
+from conftest import (
     EXECUTION,
     REGION,
     SOURCE_IMAGE_ID,
@@ -18,7 +17,7 @@ from tests.conftest import (
     serve_image,
     source_image,
 )
-from tests.support import capture, error_response, respond
+from support import capture, error_response, respond
 
 
 def compacted_image_job(

@@ -5,9 +5,8 @@ from typing import Any
 import pytest
 from compactor import aws, errors
 from compactor.handlers import enable_fast_snapshot_restore
-
-from tests.conftest import World
-from tests.support import respond
+from conftest import World
+from support import respond
 
 PLAN: dict[str, Any] = {"fastSnapshotRestoreAzs": ["us-east-1a", "us-east-1b"]}
 SNAPSHOTS = {

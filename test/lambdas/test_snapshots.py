@@ -7,9 +7,8 @@ import pytest
 from botocore.exceptions import ClientError
 from compactor import aws, errors
 from compactor.handlers import check_snapshots, create_snapshots
-
-from tests.conftest import EXECUTION, STACK, World, ready_instance
-from tests.support import amend, capture, error_response, respond
+from conftest import EXECUTION, STACK, World, ready_instance
+from support import amend, capture, error_response, respond
 
 DELIVERED = "ebs-snapshot-compactor:delivered"
 

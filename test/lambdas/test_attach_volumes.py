@@ -8,9 +8,8 @@ from compactor.config import Config
 from compactor.ec2.attach import client_token
 from compactor.ec2.launch import gp3_performance
 from compactor.handlers import attach_volumes
-
-from tests.conftest import EXECUTION, STACK, World, plan_and_launch
-from tests.support import amend, capture, client_error, error_response, on_params, respond
+from conftest import EXECUTION, STACK, World, plan_and_launch
+from support import amend, capture, client_error, error_response, on_params, respond
 
 
 def attach(world: World, plan: dict[str, Any], instance: dict[str, Any]) -> dict[str, Any]:

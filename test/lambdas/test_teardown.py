@@ -9,9 +9,8 @@ import boto3
 import pytest
 from compactor import aws, errors
 from compactor.handlers import teardown
-
-from tests.conftest import EXECUTION, STACK, World
-from tests.support import amend, error_response, respond
+from conftest import EXECUTION, STACK, World
+from support import amend, error_response, respond
 
 OTHER_STACK = "someone-elses-stack"
 DELIVERED = {"Key": "ebs-snapshot-compactor:delivered", "Value": "true"}

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from compactor import aws, source_blocks, teardown
 from compactor.handlers import teardown as teardown_handler
-
-from tests.conftest import (
+from conftest import (
     BUCKET,
     EXECUTION,
     STACK,
@@ -18,7 +17,7 @@ from tests.conftest import (
     listed_blocks,
     serve_snapshot_blocks,
 )
-from tests.support import error_response, respond
+from support import error_response, respond
 
 
 def plan_for(world: World, count: int = 1) -> dict[str, Any]:

@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from compactor import aws, errors, trigger
 from compactor.handlers import start_from_tag
+from conftest import REGION, TRIGGER_TAG
 from moto import mock_aws
-
-from tests.conftest import REGION, TRIGGER_TAG
-from tests.support import FakeLambdaContext, capture, error_response, respond
+from support import FakeLambdaContext, capture, error_response, respond
 
 SNAPSHOT = "snap-0123456789abcdef0"
 ACCOUNT = "123456789012"

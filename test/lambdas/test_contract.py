@@ -13,12 +13,11 @@ import pytest
 from compactor import errors
 from compactor.config import Config
 from compactor.trigger import TriggerConfig
-
-from tests.test_config import VALID
+from test_config import VALID
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 LAMBDAS_DOC = Path(__file__).resolve().parents[2] / "docs" / "lambdas.md"
-HANDLERS_DIR = Path(__file__).resolve().parents[1] / "compactor" / "handlers"
+HANDLERS_DIR = Path(__file__).resolve().parents[2] / "lambdas" / "compactor" / "handlers"
 
 
 def contract_modules() -> list[str]:

@@ -14,8 +14,7 @@ import pytest
 from compactor import sizing
 from compactor.config import Config
 from compactor.errors import JobTooLarge
-
-from tests.test_config import VALID
+from test_config import VALID
 
 GIB = 1024**3
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from compactor import aws
 from moto import mock_aws
-
-from tests.support import FakeLambdaContext, respond
+from support import FakeLambdaContext, respond
 
 REGION = "us-east-1"
 STACK = "compactor-test"
@@ -302,7 +301,7 @@ def serve_snapshot_blocks(
     """Answer ListSnapshotBlocks for EC2 snapshots (moto's EBS backend knows only snapshots made
     with its own StartSnapshot), `page` blocks at a time, as EBS does: ascending indexes, a
     NextToken while more remain. Returns the calls' parameters."""
-    from tests.support import error_response
+    from support import error_response
 
     blocks = {snapshot: sorted(indexes) for snapshot, indexes in blocks.items()}
 
