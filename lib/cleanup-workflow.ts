@@ -3,9 +3,9 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
-import { Settings } from './settings';
+import { PollLoopSettings, Settings } from './settings';
 import { longestWorkflowTaskTimeout } from './task-functions';
-import { POLL_LOOPS, WorkflowBuilder } from './workflow-building-blocks';
+import { ErrorRoute, POLL_LOOPS, WorkflowBuilder } from './workflow-building-blocks';
 import { NO_KEEP } from './workflow';
 
 /** Margin past the longest task: its Lambda call ends by then, and tag-filtered Describe* calls have caught up. */
@@ -14,6 +14,15 @@ export const CLEANUP_MARGIN = Duration.seconds(60);
 /** The wait before the cleanup's first teardown: the longest main-workflow task timeout + the margin. */
 export function cleanupWaitSeconds(): number {
   return longestWorkflowTaskTimeout().toSeconds() + CLEANUP_MARGIN.toSeconds();
+}
+
+/** The wait, every call to its bound with a Lambda timeout each, and an hour for retries and throttling. */
+function cleanupBudgetSeconds(bound: PollLoopSettings): number {
+  return (
+    cleanupWaitSeconds() +
+    bound.maxAttempts * (bound.intervalSeconds + longestWorkflowTaskTimeout().toSeconds()) +
+    3600
+  );
 }
 
 export interface CleanupWorkflowProps {
@@ -34,15 +43,32 @@ export class CleanupWorkflow extends Construct {
 
   constructor(scope: Construct, id: string, props: CleanupWorkflowProps) {
     super(scope, id);
-    const b = new WorkflowBuilder(this);
-    const bound = props.settings.teardownPoll;
-
     const failed = new sfn.Fail(this, 'Cleanup failed', {
       errorPath: '$.error.Error',
       causePath: '$.error.Cause',
     });
-    const onError = { next: failed, resultPath: '$.error' };
-    const start = new sfn.Pass(this, 'Start', {
+    const onError: ErrorRoute = { next: failed, resultPath: '$.error' };
+    const wait = new sfn.Wait(this, 'Wait past the longest task', {
+      comment:
+        'Longest task Lambda timeout of the main workflow + 60 s (lib/task-functions.ts TASK_TIMEOUTS)',
+      time: sfn.WaitTime.duration(Duration.seconds(cleanupWaitSeconds())),
+    });
+    const definition = this.startState()
+      .next(wait)
+      .next(this.teardownLoop(props, onError))
+      .next(new sfn.Succeed(this, 'Cleaned up', { outputPath: '$.teardown' }));
+
+    this.stateMachine = new sfn.StateMachine(this, 'StateMachine', {
+      stateMachineType: sfn.StateMachineType.STANDARD,
+      definitionBody: sfn.DefinitionBody.fromChainable(definition),
+      timeout: Duration.seconds(cleanupBudgetSeconds(props.settings.teardownPoll)),
+      tracingEnabled: true,
+      logs: { destination: props.logGroup, level: sfn.LogLevel.ALL, includeExecutionData: true },
+    });
+  }
+
+  private startState(): sfn.Pass {
+    return new sfn.Pass(this, 'Start', {
       comment: 'The ended execution and the poll counters the teardown loop keeps',
       parameters: {
         executionName: sfn.JsonPath.stringAt('$.executionName'),
@@ -51,15 +77,15 @@ export class CleanupWorkflow extends Construct {
         polls: Object.fromEntries(POLL_LOOPS.map((loop) => [loop, 0])),
       },
     });
-    const wait = new sfn.Wait(this, 'Wait past the longest task', {
-      comment:
-        'Longest task Lambda timeout of the main workflow + 60 s (lib/task-functions.ts TASK_TIMEOUTS)',
-      time: sfn.WaitTime.duration(Duration.seconds(cleanupWaitSeconds())),
-    });
-    const teardown = b.pollLoop({
+  }
+
+  /** Teardown with outcome `cleanup` until nothing tagged with the ended execution remains. */
+  private teardownLoop(props: CleanupWorkflowProps, onError: ErrorRoute): sfn.Chain {
+    const b = new WorkflowBuilder(this);
+    return b.pollLoop({
       name: 'Cleanup teardown',
       counter: 'teardown',
-      bound,
+      bound: props.settings.teardownPoll,
       task: b.task(
         'Cleanup teardown',
         props.teardownFunction,
@@ -78,23 +104,6 @@ export class CleanupWorkflow extends Construct {
         '(tag ebs-snapshot-compactor:execution = the execution name).',
       onTimeout: onError,
       waitFirst: false,
-    });
-    const definition = start
-      .next(wait)
-      .next(teardown)
-      .next(new sfn.Succeed(this, 'Cleaned up', { outputPath: '$.teardown' }));
-
-    // The wait, every call to its bound with a Lambda timeout each, and an hour for retries and throttling.
-    const budget =
-      cleanupWaitSeconds() +
-      bound.maxAttempts * (bound.intervalSeconds + longestWorkflowTaskTimeout().toSeconds()) +
-      3600;
-    this.stateMachine = new sfn.StateMachine(this, 'StateMachine', {
-      stateMachineType: sfn.StateMachineType.STANDARD,
-      definitionBody: sfn.DefinitionBody.fromChainable(definition),
-      timeout: Duration.seconds(budget),
-      tracingEnabled: true,
-      logs: { destination: props.logGroup, level: sfn.LogLevel.ALL, includeExecutionData: true },
     });
   }
 }

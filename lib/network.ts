@@ -72,7 +72,7 @@ export interface TransferEgress {
 
 const ENDPOINTS = new WeakMap<ec2.IVpc, TransferEgress>();
 
-/** Set for a VPC transferNetwork created; undefined for the user's VPC (README: what to allow). */
+/** Set for a VPC transferNetwork created; undefined for the user's VPC (docs/deploy.md: what to allow). */
 export function transferEgress(vpc: ec2.IVpc): TransferEgress | undefined {
   return ENDPOINTS.get(vpc);
 }

@@ -23,6 +23,337 @@ export interface TaskRoleProps {
   readonly sourceBlocksBucket: s3.IBucket;
 }
 
+/** What every statement below is built from: the stack's ARNs and the stack-tag conditions. */
+interface StatementContext {
+  readonly stack: Stack;
+  readonly props: TaskRoleProps;
+  /** `arn:...:ec2:<region>:<account>:<resource>/*`; account '' for snapshots and images of any account. */
+  readonly ec2Arn: (resource: string, account?: string) => string;
+  /** The request creates the resource with the stack tag. */
+  readonly requestTagged: { StringEquals: Record<string, string> };
+  /** The resource acted on carries the stack tag. */
+  readonly resourceTagged: { StringEquals: Record<string, string> };
+  readonly launchTemplateArn: string;
+  /**
+   * Every resource RunInstances authorizes carries ec2:LaunchTemplate when the call names a template
+   * (IAM data: all of them except the Spot request), so nothing can be launched without the stack's own.
+   */
+  readonly withTheStacksTemplate: Record<string, string>;
+}
+
+function statementContext(stack: Stack, props: TaskRoleProps): StatementContext {
+  const launchTemplateArn = stack.formatArn({
+    service: 'ec2',
+    resource: 'launch-template',
+    resourceName: props.launchTemplateId,
+  });
+  return {
+    stack,
+    props,
+    ec2Arn: (resource, account = stack.account) =>
+      stack.formatArn({ service: 'ec2', resource, resourceName: '*', account }),
+    requestTagged: { StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: props.stackName } },
+    resourceTagged: { StringEquals: { [`aws:ResourceTag/${STACK_TAG}`]: props.stackName } },
+    launchTemplateArn,
+    withTheStacksTemplate: { 'ec2:LaunchTemplate': launchTemplateArn },
+  };
+}
+
+/** Exactly the Describe/Get calls of lambdas/compactor (the twin's IAM check fails on any other). */
+function describeStatements(): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'Describe',
+      actions: [
+        'ec2:DescribeSnapshots',
+        'ec2:DescribeImages',
+        'ec2:DescribeImageAttribute',
+        'ec2:DescribeInstances',
+        'ec2:DescribeVolumes',
+        'ec2:DescribeAvailabilityZones',
+        'ec2:DescribeFastSnapshotRestores',
+        'ec2:GetEbsDefaultKmsKeyId',
+        'ssm:DescribeInstanceInformation',
+        'ssm:GetCommandInvocation',
+      ],
+      resources: ['*'],
+    }),
+  ];
+}
+
+/** The subnets, security group, template, interfaces and AMI snapshots a launch names. */
+function launchNetworkArns(c: StatementContext): string[] {
+  return [
+    ...c.props.subnetIds.map((subnetId) =>
+      c.stack.formatArn({ service: 'ec2', resource: 'subnet', resourceName: subnetId }),
+    ),
+    c.stack.formatArn({ service: 'ec2', resource: 'security-group', resourceName: c.props.securityGroupId }),
+    c.launchTemplateArn,
+    c.ec2Arn('network-interface'),
+    // The AMI's own snapshots (no source snapshot is mapped at launch any more).
+    c.ec2Arn('snapshot', ''),
+  ];
+}
+
+/** RunInstances only from the stack's launch template, tagged, with an Amazon-owned image. */
+function launchStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'LaunchTaggedInstancesAndVolumesFromTheStacksTemplate',
+      actions: ['ec2:RunInstances'],
+      resources: [c.ec2Arn('instance'), c.ec2Arn('volume')],
+      conditions: { StringEquals: { ...c.requestTagged.StringEquals, ...c.withTheStacksTemplate } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'RunInstancesWithTheStacksTemplateAndNetwork',
+      actions: ['ec2:RunInstances'],
+      resources: launchNetworkArns(c),
+      conditions: { StringEquals: c.withTheStacksTemplate },
+    }),
+    new iam.PolicyStatement({
+      sid: 'RunInstancesOnlyFromAmazonOwnedImages',
+      actions: ['ec2:RunInstances'],
+      // The template's image is the public AL2023 AMI of an SSM parameter (resolve:ssm:); EC2 authorizes the
+      // resolved image, whose owner alias is "amazon".
+      resources: [c.ec2Arn('image', '')],
+      conditions: { StringEquals: { ...c.withTheStacksTemplate, 'ec2:Owner': 'amazon' } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'RunSpotInstances',
+      actions: ['ec2:RunInstances'],
+      // The Spot request of a Spot launch; it ends with the instance and is never acted on later. It has no
+      // ec2:LaunchTemplate key; the instance statement above still requires the template.
+      resources: [c.ec2Arn('spot-instances-request')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'ResolveTheAmiParameterOfTheLaunchTemplate',
+      actions: ['ssm:GetParameters', 'ssm:GetParameter'],
+      resources: [
+        c.stack.formatArn({
+          service: 'ssm',
+          resource: 'parameter',
+          resourceName: c.props.amiParameterName.replace(/^\//, ''),
+          account: '',
+        }),
+      ],
+    }),
+  ];
+}
+
+/** Source volumes: tagged, from any source snapshot. */
+function volumeStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'CreateTaggedVolumes',
+      actions: ['ec2:CreateVolume'],
+      resources: [c.ec2Arn('volume')],
+      conditions: c.requestTagged,
+    }),
+    new iam.PolicyStatement({
+      sid: 'CreateVolumesFromAnySourceSnapshot',
+      actions: ['ec2:CreateVolume'],
+      // Source snapshots may be shared by other accounts; the volume must carry the stack tag (above).
+      resources: [c.ec2Arn('snapshot', '')],
+    }),
+  ];
+}
+
+/** Tags only while creating, plus the delivered tag on the stack's own snapshots. */
+function tagStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'TagOnlyWhileCreating',
+      actions: ['ec2:CreateTags'],
+      resources: [
+        c.ec2Arn('instance'),
+        c.ec2Arn('volume'),
+        c.ec2Arn('spot-instances-request'),
+        c.ec2Arn('snapshot', ''),
+        c.ec2Arn('image', ''),
+      ],
+      conditions: {
+        StringEquals: {
+          'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
+        },
+      },
+    }),
+    new iam.PolicyStatement({
+      sid: 'MarkTheStacksSnapshotsDelivered',
+      actions: ['ec2:CreateTags'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: {
+        StringEquals: { ...c.resourceTagged.StringEquals, [`aws:RequestTag/${DELIVERED_TAG}`]: 'true' },
+        'ForAllValues:StringEquals': { 'aws:TagKeys': [DELIVERED_TAG] },
+      },
+    }),
+  ];
+}
+
+/** New snapshots of the stack's volumes and images of the stack's snapshots, tagged. */
+function snapshotAndImageStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'SnapshotTheStacksVolumes',
+      actions: ['ec2:CreateSnapshot'],
+      resources: [c.ec2Arn('volume')],
+      conditions: c.resourceTagged,
+    }),
+    new iam.PolicyStatement({
+      sid: 'CreateTaggedSnapshotsAndImages',
+      actions: ['ec2:CreateSnapshot', 'ec2:RegisterImage'],
+      resources: [c.ec2Arn('snapshot', ''), c.ec2Arn('image', '')],
+      conditions: c.requestTagged,
+    }),
+    new iam.PolicyStatement({
+      sid: 'RegisterImagesFromTheStacksSnapshots',
+      actions: ['ec2:RegisterImage'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: c.resourceTagged,
+    }),
+  ];
+}
+
+/** Attach, delete, terminate, deregister and enable FSR only on what carries the stack tag. */
+function changeStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'ChangeOnlyTheStacksResources',
+      actions: [
+        'ec2:TerminateInstances',
+        'ec2:AttachVolume',
+        'ec2:DeleteVolume',
+        'ec2:DeleteSnapshot',
+        'ec2:DeregisterImage',
+        'ec2:EnableFastSnapshotRestores',
+      ],
+      resources: [c.ec2Arn('instance'), c.ec2Arn('volume'), c.ec2Arn('snapshot', ''), c.ec2Arn('image', '')],
+      conditions: c.resourceTagged,
+    }),
+  ];
+}
+
+/** Pass the instance role to EC2; create the Spot service-linked role. */
+function iamStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'PassOnlyTheTransferInstanceRoleToEc2',
+      actions: ['iam:PassRole'],
+      resources: [c.props.instanceRole.roleArn],
+      conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
+    }),
+    // An account's first Spot launch creates EC2's Spot service-linked role; without this RunInstances fails
+    // with AuthFailure.ServiceLinkedRoleCreationNotPermitted instead of launching (or falling back).
+    new iam.PolicyStatement({
+      sid: 'CreateTheSpotServiceLinkedRole',
+      actions: ['iam:CreateServiceLinkedRole'],
+      resources: [
+        c.stack.formatArn({
+          service: 'iam',
+          region: '',
+          resource: 'role',
+          resourceName: 'aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot',
+        }),
+      ],
+      conditions: { StringEquals: { 'iam:AWSServiceName': 'spot.amazonaws.com' } },
+    }),
+  ];
+}
+
+/** The stack's Command document, sent only to the stack's instances. */
+function commandStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'SendTheCompactionDocument',
+      actions: ['ssm:SendCommand'],
+      resources: [
+        c.stack.formatArn({ service: 'ssm', resource: 'document', resourceName: c.props.documentName }),
+      ],
+    }),
+    new iam.PolicyStatement({
+      sid: 'SendCommandsOnlyToTheStacksInstances',
+      actions: ['ssm:SendCommand'],
+      resources: [c.ec2Arn('instance')],
+      conditions: { StringEquals: { [`ssm:resourceTag/${STACK_TAG}`]: c.props.stackName } },
+    }),
+  ];
+}
+
+/** The kmsKeyArns setting: used only through EC2, described before a launch. */
+function keyStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'UseKeysOnlyThroughEc2',
+      actions: ['kms:Decrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKeyWithoutPlaintext', 'kms:CreateGrant'],
+      resources: c.props.kmsKeyArns,
+      conditions: { StringEquals: { 'kms:ViaService': `ec2.${c.stack.region}.amazonaws.com` } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'CheckKeysBeforeLaunching',
+      actions: ['kms:DescribeKey'],
+      resources: c.props.kmsKeyArns,
+    }),
+  ];
+}
+
+/** List the source snapshots' blocks (metadata only) and keep the lists in the stack's bucket. */
+function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'ListTheBlocksOfAnySourceSnapshot',
+      // Metadata only (block indexes), never data: GetSnapshotBlock is not granted. Source snapshots may be
+      // shared by other accounts, so they cannot be listed by ARN.
+      actions: ['ebs:ListSnapshotBlocks'],
+      resources: [c.ec2Arn('snapshot', '')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'ReadEncryptedSnapshotsThroughEbs',
+      // ListSnapshotBlocks of an encrypted snapshot needs its key (EBS direct APIs, "Control access"); only
+      // through EBS. If EBS evaluates it otherwise, the listing is refused and that volume is copied without a
+      // block list (compactor/source_blocks.py): slower, never wrong.
+      actions: ['kms:Decrypt'],
+      resources: c.props.kmsKeyArns,
+      conditions: { StringEquals: { 'kms:ViaService': `ebs.${c.stack.region}.amazonaws.com` } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'KeepTheBlockListsInTheStacksBucket',
+      // start_compaction signs the instance's GET with this role, so the instance role needs no S3 grant.
+      actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
+      resources: [c.props.sourceBlocksBucket.arnForObjects('*')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'FindAnExecutionsBlockLists',
+      actions: ['s3:ListBucket'],
+      resources: [c.props.sourceBlocksBucket.bucketArn],
+    }),
+  ];
+}
+
+/** The completion event on the default bus. */
+function eventStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'PublishCompletionEvents',
+      actions: ['events:PutEvents'],
+      resources: [c.stack.formatArn({ service: 'events', resource: 'event-bus', resourceName: 'default' })],
+    }),
+  ];
+}
+
+/** The role's statements, one function per concern. */
+const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
+  describeStatements,
+  launchStatements,
+  volumeStatements,
+  tagStatements,
+  snapshotAndImageStatements,
+  changeStatements,
+  iamStatements,
+  commandStatements,
+  keyStatements,
+  blockListStatements,
+  eventStatements,
+];
+
 /**
  * The one role of the task Lambdas. Everything that creates resources must tag them with the stack tag
  * (aws:RequestTag) and everything that changes or deletes resources needs that tag on them
@@ -33,244 +364,13 @@ export class TaskRole extends Construct {
 
   constructor(scope: Construct, id: string, props: TaskRoleProps) {
     super(scope, id);
-    const stack = Stack.of(this);
-    const ec2Arn = (resource: string, account: string = stack.account) =>
-      stack.formatArn({ service: 'ec2', resource, resourceName: '*', account });
-    const requestTagged = { StringEquals: { [`aws:RequestTag/${STACK_TAG}`]: props.stackName } };
-    const resourceTagged = { StringEquals: { [`aws:ResourceTag/${STACK_TAG}`]: props.stackName } };
-    const launchTemplateArn = stack.formatArn({
-      service: 'ec2',
-      resource: 'launch-template',
-      resourceName: props.launchTemplateId,
-    });
-    // Every resource RunInstances authorizes carries ec2:LaunchTemplate when the call names a template
-    // (IAM data: all of them except the Spot request), so nothing can be launched without the stack's own.
-    const withTheStacksTemplate = { 'ec2:LaunchTemplate': launchTemplateArn };
-    const statements: iam.PolicyStatement[] = [
-      // Exactly the Describe/Get calls of lambdas/compactor (the twin's IAM check fails on any other).
-      new iam.PolicyStatement({
-        sid: 'Describe',
-        actions: [
-          'ec2:DescribeSnapshots',
-          'ec2:DescribeImages',
-          'ec2:DescribeImageAttribute',
-          'ec2:DescribeInstances',
-          'ec2:DescribeVolumes',
-          'ec2:DescribeAvailabilityZones',
-          'ec2:DescribeFastSnapshotRestores',
-          'ec2:GetEbsDefaultKmsKeyId',
-          'ssm:DescribeInstanceInformation',
-          'ssm:GetCommandInvocation',
-        ],
-        resources: ['*'],
-      }),
-      new iam.PolicyStatement({
-        sid: 'LaunchTaggedInstancesAndVolumesFromTheStacksTemplate',
-        actions: ['ec2:RunInstances'],
-        resources: [ec2Arn('instance'), ec2Arn('volume')],
-        conditions: {
-          StringEquals: { ...requestTagged.StringEquals, ...withTheStacksTemplate },
-        },
-      }),
-      new iam.PolicyStatement({
-        sid: 'RunInstancesWithTheStacksTemplateAndNetwork',
-        actions: ['ec2:RunInstances'],
-        resources: [
-          ...props.subnetIds.map((subnetId) =>
-            stack.formatArn({ service: 'ec2', resource: 'subnet', resourceName: subnetId }),
-          ),
-          stack.formatArn({
-            service: 'ec2',
-            resource: 'security-group',
-            resourceName: props.securityGroupId,
-          }),
-          launchTemplateArn,
-          ec2Arn('network-interface'),
-          // The AMI's own snapshots (no source snapshot is mapped at launch any more).
-          ec2Arn('snapshot', ''),
-        ],
-        conditions: { StringEquals: withTheStacksTemplate },
-      }),
-      new iam.PolicyStatement({
-        sid: 'RunInstancesOnlyFromAmazonOwnedImages',
-        actions: ['ec2:RunInstances'],
-        // The template's image is the public AL2023 AMI of an SSM parameter (resolve:ssm:); EC2 authorizes the
-        // resolved image, whose owner alias is "amazon".
-        resources: [ec2Arn('image', '')],
-        conditions: { StringEquals: { ...withTheStacksTemplate, 'ec2:Owner': 'amazon' } },
-      }),
-      new iam.PolicyStatement({
-        sid: 'RunSpotInstances',
-        actions: ['ec2:RunInstances'],
-        // The Spot request of a Spot launch; it ends with the instance and is never acted on later. It has no
-        // ec2:LaunchTemplate key; the instance statement above still requires the template.
-        resources: [ec2Arn('spot-instances-request')],
-      }),
-      new iam.PolicyStatement({
-        sid: 'ResolveTheAmiParameterOfTheLaunchTemplate',
-        actions: ['ssm:GetParameters', 'ssm:GetParameter'],
-        resources: [
-          stack.formatArn({
-            service: 'ssm',
-            resource: 'parameter',
-            resourceName: props.amiParameterName.replace(/^\//, ''),
-            account: '',
-          }),
-        ],
-      }),
-      new iam.PolicyStatement({
-        sid: 'CreateTaggedVolumes',
-        actions: ['ec2:CreateVolume'],
-        resources: [ec2Arn('volume')],
-        conditions: requestTagged,
-      }),
-      new iam.PolicyStatement({
-        sid: 'CreateVolumesFromAnySourceSnapshot',
-        actions: ['ec2:CreateVolume'],
-        // Source snapshots may be shared by other accounts; the volume must carry the stack tag (above).
-        resources: [ec2Arn('snapshot', '')],
-      }),
-      new iam.PolicyStatement({
-        sid: 'TagOnlyWhileCreating',
-        actions: ['ec2:CreateTags'],
-        resources: [
-          ec2Arn('instance'),
-          ec2Arn('volume'),
-          ec2Arn('spot-instances-request'),
-          ec2Arn('snapshot', ''),
-          ec2Arn('image', ''),
-        ],
-        conditions: {
-          StringEquals: {
-            'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
-          },
-        },
-      }),
-      new iam.PolicyStatement({
-        sid: 'MarkTheStacksSnapshotsDelivered',
-        actions: ['ec2:CreateTags'],
-        resources: [ec2Arn('snapshot', '')],
-        conditions: {
-          StringEquals: {
-            ...resourceTagged.StringEquals,
-            [`aws:RequestTag/${DELIVERED_TAG}`]: 'true',
-          },
-          'ForAllValues:StringEquals': { 'aws:TagKeys': [DELIVERED_TAG] },
-        },
-      }),
-      new iam.PolicyStatement({
-        sid: 'SnapshotTheStacksVolumes',
-        actions: ['ec2:CreateSnapshot'],
-        resources: [ec2Arn('volume')],
-        conditions: resourceTagged,
-      }),
-      new iam.PolicyStatement({
-        sid: 'CreateTaggedSnapshotsAndImages',
-        actions: ['ec2:CreateSnapshot', 'ec2:RegisterImage'],
-        resources: [ec2Arn('snapshot', ''), ec2Arn('image', '')],
-        conditions: requestTagged,
-      }),
-      new iam.PolicyStatement({
-        sid: 'RegisterImagesFromTheStacksSnapshots',
-        actions: ['ec2:RegisterImage'],
-        resources: [ec2Arn('snapshot', '')],
-        conditions: resourceTagged,
-      }),
-      new iam.PolicyStatement({
-        sid: 'ChangeOnlyTheStacksResources',
-        actions: [
-          'ec2:TerminateInstances',
-          'ec2:AttachVolume',
-          'ec2:DeleteVolume',
-          'ec2:DeleteSnapshot',
-          'ec2:DeregisterImage',
-          'ec2:EnableFastSnapshotRestores',
-        ],
-        resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('snapshot', ''), ec2Arn('image', '')],
-        conditions: resourceTagged,
-      }),
-      new iam.PolicyStatement({
-        sid: 'PassOnlyTheTransferInstanceRoleToEc2',
-        actions: ['iam:PassRole'],
-        resources: [props.instanceRole.roleArn],
-        conditions: { StringEquals: { 'iam:PassedToService': 'ec2.amazonaws.com' } },
-      }),
-      // An account's first Spot launch creates EC2's Spot service-linked role; without this RunInstances fails
-      // with AuthFailure.ServiceLinkedRoleCreationNotPermitted instead of launching (or falling back).
-      new iam.PolicyStatement({
-        sid: 'CreateTheSpotServiceLinkedRole',
-        actions: ['iam:CreateServiceLinkedRole'],
-        resources: [
-          stack.formatArn({
-            service: 'iam',
-            region: '',
-            resource: 'role',
-            resourceName: 'aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot',
-          }),
-        ],
-        conditions: { StringEquals: { 'iam:AWSServiceName': 'spot.amazonaws.com' } },
-      }),
-      new iam.PolicyStatement({
-        sid: 'SendTheCompactionDocument',
-        actions: ['ssm:SendCommand'],
-        resources: [
-          stack.formatArn({ service: 'ssm', resource: 'document', resourceName: props.documentName }),
-        ],
-      }),
-      new iam.PolicyStatement({
-        sid: 'SendCommandsOnlyToTheStacksInstances',
-        actions: ['ssm:SendCommand'],
-        resources: [ec2Arn('instance')],
-        conditions: { StringEquals: { [`ssm:resourceTag/${STACK_TAG}`]: props.stackName } },
-      }),
-      new iam.PolicyStatement({
-        sid: 'UseKeysOnlyThroughEc2',
-        actions: ['kms:Decrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKeyWithoutPlaintext', 'kms:CreateGrant'],
-        resources: props.kmsKeyArns,
-        conditions: { StringEquals: { 'kms:ViaService': `ec2.${stack.region}.amazonaws.com` } },
-      }),
-      new iam.PolicyStatement({
-        sid: 'ListTheBlocksOfAnySourceSnapshot',
-        // Metadata only (block indexes), never data: GetSnapshotBlock is not granted. Source snapshots may be
-        // shared by other accounts, so they cannot be listed by ARN.
-        actions: ['ebs:ListSnapshotBlocks'],
-        resources: [ec2Arn('snapshot', '')],
-      }),
-      new iam.PolicyStatement({
-        sid: 'ReadEncryptedSnapshotsThroughEbs',
-        // ListSnapshotBlocks of an encrypted snapshot needs its key (EBS direct APIs, "Control access"); only
-        // through EBS. If EBS evaluates it otherwise, the listing is refused and that volume is copied without a
-        // block list (compactor/source_blocks.py): slower, never wrong.
-        actions: ['kms:Decrypt'],
-        resources: props.kmsKeyArns,
-        conditions: { StringEquals: { 'kms:ViaService': `ebs.${stack.region}.amazonaws.com` } },
-      }),
-      new iam.PolicyStatement({
-        sid: 'KeepTheBlockListsInTheStacksBucket',
-        // start_compaction signs the instance's GET with this role, so the instance role needs no S3 grant.
-        actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
-        resources: [props.sourceBlocksBucket.arnForObjects('*')],
-      }),
-      new iam.PolicyStatement({
-        sid: 'FindAnExecutionsBlockLists',
-        actions: ['s3:ListBucket'],
-        resources: [props.sourceBlocksBucket.bucketArn],
-      }),
-      new iam.PolicyStatement({
-        sid: 'CheckKeysBeforeLaunching',
-        actions: ['kms:DescribeKey'],
-        resources: props.kmsKeyArns,
-      }),
-      new iam.PolicyStatement({
-        sid: 'PublishCompletionEvents',
-        actions: ['events:PutEvents'],
-        resources: [stack.formatArn({ service: 'events', resource: 'event-bus', resourceName: 'default' })],
-      }),
-    ];
+    const context = statementContext(Stack.of(this), props);
     this.role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
       description: 'ebs-snapshot-compactor task Lambdas: acts only on resources tagged with this stack',
-      inlinePolicies: { Tasks: new iam.PolicyDocument({ statements }) },
+      inlinePolicies: {
+        Tasks: new iam.PolicyDocument({ statements: CONCERNS.flatMap((concern) => concern(context)) }),
+      },
     });
   }
 

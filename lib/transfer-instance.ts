@@ -40,61 +40,72 @@ export class TransferInstance extends Construct {
 
   constructor(scope: Construct, id: string, props: TransferInstanceProps) {
     super(scope, id);
-    this.role = new iam.Role(this, 'Role', {
+    this.role = this.createRole(props.commandLogGroup);
+    this.securityGroup = this.createSecurityGroup(props.vpc);
+    this.amiParameterName = AL2023_AMI_PARAMETER[props.architecture];
+    this.launchTemplate = this.createLaunchTemplate();
+  }
+
+  /** SSM-managed, and allowed to write the Command document's output to its log group. */
+  private createRole(commandLogGroup: logs.ILogGroup): iam.Role {
+    const role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
       description:
         'ebs-snapshot-compactor transfer instance: SSM-managed, writes Command output to its log group',
     });
     // AmazonSSMManagedInstanceCore without ssm:GetParameter(s) (every parameter, SecureStrings included;
     // nothing on the instance reads parameters), generated from the pinned copy of the managed policy.
-    new iam.Policy(this.role, 'SsmAgentPolicy', {
-      roles: [this.role],
+    new iam.Policy(role, 'SsmAgentPolicy', {
+      roles: [role],
       document: ssmAgentPolicyDocument(),
     });
     // The SSM agent checks for the log group, then creates a stream per command and writes to it.
-    this.role.addToPolicy(
+    role.addToPolicy(
       new iam.PolicyStatement({
         actions: ['logs:CreateLogStream', 'logs:PutLogEvents', 'logs:DescribeLogStreams'],
-        resources: [props.commandLogGroup.logGroupArn],
+        resources: [commandLogGroup.logGroupArn],
       }),
     );
-    this.role.addToPolicy(
+    role.addToPolicy(
       new iam.PolicyStatement({
         actions: ['logs:DescribeLogGroups'],
         resources: ['*'],
       }),
     );
+    return role;
+  }
 
-    this.securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
-      vpc: props.vpc,
+  /** No inbound; HTTPS out to the endpoints (the stack's VPC) or anywhere (the user's VPC). */
+  private createSecurityGroup(vpc: ec2.IVpc): ec2.SecurityGroup {
+    const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
+      vpc,
       description:
         'ebs-snapshot-compactor transfer instances: no inbound; HTTPS out to the SSM, Logs and S3 endpoints',
       allowAllOutbound: false,
     });
-    const egress = transferEgress(props.vpc);
+    const egress = transferEgress(vpc);
     if (egress) {
       // The stack's own VPC: only its interface endpoints and S3 through the gateway endpoint.
-      this.securityGroup.addEgressRule(
+      securityGroup.addEgressRule(
         egress.endpointSecurityGroup,
         ec2.Port.tcp(443),
         'HTTPS to the SSM, SSM messages, EC2 messages and Logs endpoints',
       );
-      this.securityGroup.addEgressRule(
+      securityGroup.addEgressRule(
         ec2.Peer.prefixList(egress.s3PrefixListId),
         ec2.Port.tcp(443),
         'HTTPS to S3 through the gateway endpoint',
       );
     } else {
-      // The user's VPC: its routes decide where 443 goes; README ("Security") says what to allow instead.
-      this.securityGroup.addEgressRule(
-        ec2.Peer.anyIpv4(),
-        ec2.Port.tcp(443),
-        'HTTPS to AWS APIs (SSM, Logs, S3)',
-      );
+      // The user's VPC: its routes decide where 443 goes; docs/deploy.md ("What the stack creates", transfer
+      // instance) says what to allow instead.
+      securityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to AWS APIs (SSM, Logs, S3)');
     }
+    return securityGroup;
+  }
 
-    this.amiParameterName = AL2023_AMI_PARAMETER[props.architecture];
-    this.launchTemplate = new ec2.LaunchTemplate(this, 'LaunchTemplate', {
+  private createLaunchTemplate(): ec2.LaunchTemplate {
+    return new ec2.LaunchTemplate(this, 'LaunchTemplate', {
       // resolve:ssm: in the template: every launch gets the AMI that is latest at that moment.
       machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(this.amiParameterName, {
         os: ec2.OperatingSystemType.LINUX,

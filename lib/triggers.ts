@@ -13,6 +13,9 @@ export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 /** Main executions that end here never ran their own teardown (or not to its end). */
 export const CLEANUP_STATUSES = ['FAILED', 'TIMED_OUT', 'ABORTED'];
 
+/** How both rules deliver to their targets: retried for two hours, then kept in the dead-letter queue. */
+type TargetDelivery = Pick<targets.TargetBaseProps, 'deadLetterQueue' | 'retryAttempts' | 'maxEventAge'>;
+
 export interface TriggersProps {
   readonly stateMachine: sfn.StateMachine;
   /** Started for every main execution that ends FAILED, TIMED_OUT or ABORTED. */
@@ -43,17 +46,23 @@ export class Triggers extends Construct {
       enforceSSL: true,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
     });
-    const targetDelivery = {
+    const targetDelivery: TargetDelivery = {
       deadLetterQueue: this.deadLetterQueue,
       retryAttempts: 8,
       maxEventAge: Duration.hours(2),
     };
-
     this.startFromTagRole = new iam.Role(this, 'StartFromTagRole', {
       assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
       description: `ebs-snapshot-compactor tag trigger: starts executions of ${Stack.of(this).stackName}`,
     });
-    this.startFromTag = createTaskFunction(this, 'start_from_tag', {
+    this.startFromTag = this.createStartFromTag(props);
+    this.grantStartFromTag(props.stateMachine);
+    this.tagRule = this.createTagRule(props.triggerTagKey, targetDelivery);
+    this.cleanupRule = this.createCleanupRule(props, targetDelivery);
+  }
+
+  private createStartFromTag(props: TriggersProps): lambda.Function {
+    return createTaskFunction(this, 'start_from_tag', {
       ...props.taskFunctionShared,
       role: this.startFromTagRole,
       // Only what it reads (compactor/trigger.py TriggerConfig); none of the workflow's settings.
@@ -63,11 +72,15 @@ export class Triggers extends Construct {
         STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
       },
     });
+  }
+
+  /** Start executions, find an existing one by name, write its own logs. */
+  private grantStartFromTag(stateMachine: sfn.StateMachine): void {
     this.startFromTagRole.addToPolicy(
       new iam.PolicyStatement({
         sid: 'StartCompactions',
         actions: ['states:StartExecution'],
-        resources: [props.stateMachine.stateMachineArn],
+        resources: [stateMachine.stateMachineArn],
       }),
     );
     this.startFromTagRole.addToPolicy(
@@ -78,7 +91,7 @@ export class Triggers extends Construct {
           Stack.of(this).formatArn({
             service: 'states',
             resource: 'execution',
-            resourceName: `${props.stateMachine.stateMachineName}:*`,
+            resourceName: `${stateMachine.stateMachineName}:*`,
             arnFormat: ArnFormat.COLON_RESOURCE_NAME,
           }),
         ],
@@ -91,27 +104,32 @@ export class Triggers extends Construct {
         resources: [this.startFromTag.logGroup.logGroupArn],
       }),
     );
+  }
 
-    this.tagRule = new events.Rule(this, 'TagRule', {
-      description: `Start a compaction when a snapshot gets the tag "${props.triggerTagKey}"`,
+  private createTagRule(triggerTagKey: string, targetDelivery: TargetDelivery): events.Rule {
+    const rule = new events.Rule(this, 'TagRule', {
+      description: `Start a compaction when a snapshot gets the tag "${triggerTagKey}"`,
       eventPattern: {
         source: ['aws.tag'],
         detailType: ['Tag Change on Resource'],
         detail: {
           service: ['ec2'],
           'resource-type': ['snapshot'],
-          'changed-tag-keys': [props.triggerTagKey],
+          'changed-tag-keys': [triggerTagKey],
           tags: {
-            [props.triggerTagKey]: [{ exists: true }],
+            [triggerTagKey]: [{ exists: true }],
             [SOURCE_SNAPSHOT_TAG]: [{ exists: false }],
           },
         },
       },
     });
     // The whole event: start_from_tag needs the tag value for the execution name.
-    this.tagRule.addTarget(new targets.LambdaFunction(this.startFromTag, targetDelivery));
+    rule.addTarget(new targets.LambdaFunction(this.startFromTag, targetDelivery));
+    return rule;
+  }
 
-    this.cleanupRule = new events.Rule(this, 'CleanupRule', {
+  private createCleanupRule(props: TriggersProps, targetDelivery: TargetDelivery): events.Rule {
+    const rule = new events.Rule(this, 'CleanupRule', {
       description: 'Clean up after a compaction that failed, timed out or was aborted',
       eventPattern: {
         source: ['aws.states'],
@@ -122,7 +140,7 @@ export class Triggers extends Construct {
         },
       },
     });
-    this.cleanupRule.addTarget(
+    rule.addTarget(
       new targets.SfnStateMachine(props.cleanupStateMachine, {
         input: events.RuleTargetInput.fromObject({
           executionName: events.EventField.fromPath('$.detail.name'),
@@ -132,5 +150,6 @@ export class Triggers extends Construct {
         ...targetDelivery,
       }),
     );
+    return rule;
   }
 }
