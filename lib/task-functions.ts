@@ -1,58 +1,42 @@
+import * as fs from 'fs';
 import * as path from 'path';
-import { Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
+import { AssetHashType, DockerImage, Duration, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { Construct } from 'constructs';
+import contractTasks from '../contract/tasks.json';
+import contractEnvironment from '../contract/environment.json';
+
+/** One entry of contract/tasks.json: a Lambda function and the Task states that call it. */
+export type ContractTask = (typeof contractTasks.tasks)[number];
+
+/** Every function of the stack, in workflow order (contract/tasks.json). */
+export const CONTRACT_TASKS: readonly ContractTask[] = contractTasks.tasks;
 
 /** One Lambda per workflow task; the handler is `compactor.handlers.<module>.handler` (docs/contract.md). */
-export const WORKFLOW_TASK_MODULES = [
-  'prepare',
-  'list_source_blocks',
-  'launch',
-  'check_instance',
-  'attach_volumes',
-  'start_compaction',
-  'check_compaction',
-  'create_snapshots',
-  'check_snapshots',
-  'register_image',
-  'enable_fast_snapshot_restore',
-  'teardown',
-  'report',
-] as const;
-export type WorkflowTaskModule = (typeof WORKFLOW_TASK_MODULES)[number];
+export const WORKFLOW_TASK_MODULES: readonly string[] = CONTRACT_TASKS.filter((t) => t.workflow).map(
+  (t) => t.module,
+);
+export type WorkflowTaskModule = string;
 
 /** Every function of the stack: the workflow tasks plus the tag rule's target, which starts executions. */
-export const TASK_MODULES = [...WORKFLOW_TASK_MODULES, 'start_from_tag'] as const;
-export type TaskModule = (typeof TASK_MODULES)[number];
+export const TASK_MODULES: readonly string[] = CONTRACT_TASKS.map((t) => t.module);
+export type TaskModule = string;
 
-export const LAMBDAS_DIR = path.join(__dirname, '..', 'lambdas');
+export const REPO_DIR = path.join(__dirname, '..');
+export const LAMBDAS_DIR = path.join(REPO_DIR, 'lambdas');
+export const CONTRACT_DIR = path.join(REPO_DIR, 'contract');
 export const POWERTOOLS_LAYER_PARAMETER = '/aws/service/powertools/python/x86_64/python3.13/latest';
 
 /**
- * Lambda timeout of each function. Launch tries many pools; prepare, attach_volumes and teardown make
- * several API calls per volume; the others are single calls. The cleanup workflow waits past the longest
- * workflow task (longestWorkflowTaskTimeout), so this table is the one place these numbers live.
+ * Lambda timeout of each function (timeoutSeconds of contract/tasks.json). The cleanup workflow waits
+ * past the longest workflow task (longestWorkflowTaskTimeout).
  */
-export const TASK_TIMEOUTS: Record<TaskModule, Duration> = {
-  prepare: Duration.minutes(2),
-  // lists for at most 60 s (SLICE_SECONDS of compactor/source_blocks.py), then merges and writes the lists
-  list_source_blocks: Duration.minutes(3),
-  launch: Duration.minutes(5),
-  check_instance: Duration.minutes(1),
-  attach_volumes: Duration.minutes(2),
-  start_compaction: Duration.minutes(1),
-  check_compaction: Duration.minutes(1),
-  create_snapshots: Duration.minutes(1),
-  check_snapshots: Duration.minutes(1),
-  register_image: Duration.minutes(1),
-  enable_fast_snapshot_restore: Duration.minutes(1),
-  teardown: Duration.minutes(2),
-  report: Duration.minutes(1),
-  start_from_tag: Duration.minutes(1),
-};
+export const TASK_TIMEOUTS: Record<TaskModule, Duration> = Object.fromEntries(
+  CONTRACT_TASKS.map((t) => [t.module, Duration.seconds(t.timeoutSeconds)]),
+);
 
 /** The longest a task of the main workflow can still be running after its execution ended. */
 export function longestWorkflowTaskTimeout(): Duration {
@@ -60,29 +44,59 @@ export function longestWorkflowTaskTimeout(): Duration {
   return Duration.seconds(seconds);
 }
 
-/** Tests, caches and packaging metadata stay out of the deployed code. */
-const LAMBDA_ASSET_EXCLUDES = [
-  'tests',
-  '**/tests',
-  '**/__pycache__',
-  '**/*.pyc',
-  '**/test_*.py',
-  '**/conftest.py',
-  '.mypy_cache',
-  '.pytest_cache',
-  '.ruff_cache',
-  '*.md',
-  '*.toml',
-  '*.cfg',
-  '*.txt',
+/** Tests, caches and packaging metadata stay out of the deployed code (names matched at any depth). */
+const ASSET_EXCLUDES = [
+  /^tests?$/,
+  /^__pycache__$/,
+  /\.pyc$/,
+  /^test_.*\.py$/,
+  /^conftest\.py$/,
+  /^\.(mypy|pytest|ruff)_cache$/,
+  /\.(md|toml|cfg|txt)$/,
 ];
 
-/** Powertools' keys, on every function (docs/contract.md, "Lambda environment"). */
-export const POWERTOOLS_ENVIRONMENT = {
-  POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
-  POWERTOOLS_METRICS_NAMESPACE: 'EbsSnapshotCompactor',
-  LOG_LEVEL: 'INFO',
-};
+/**
+ * Writes the Lambda asset into `outputDir`: the package at `compactor/` (the handlers' import root) and
+ * the contract it reads at `contract/` beside it (compactor/contract.py looks there first). Plain file
+ * copies in a fixed layout: the asset hash is that of the output, so it changes exactly when a shipped
+ * file does.
+ */
+export function writeLambdaAsset(outputDir: string): void {
+  const parts: [string, string][] = [
+    [path.join(LAMBDAS_DIR, 'compactor'), 'compactor'],
+    [CONTRACT_DIR, 'contract'],
+  ];
+  for (const [from, to] of parts) {
+    fs.cpSync(from, path.join(outputDir, to), {
+      recursive: true,
+      filter: (source) => !ASSET_EXCLUDES.some((pattern) => pattern.test(path.basename(source))),
+    });
+  }
+}
+
+/** The code of every task function: bundled locally (no Docker), see writeLambdaAsset. */
+export function lambdaCode(): lambda.Code {
+  return lambda.Code.fromAsset(LAMBDAS_DIR, {
+    assetHashType: AssetHashType.OUTPUT,
+    bundling: {
+      // never pulled: the local bundling below always succeeds
+      image: DockerImage.fromRegistry('ebs-snapshot-compactor/local-bundling-only'),
+      local: {
+        tryBundle(outputDir: string): boolean {
+          writeLambdaAsset(outputDir);
+          return true;
+        },
+      },
+    },
+  });
+}
+
+/** Powertools' keys, on every function: the contract's keys read by Powertools, with their values. */
+export const POWERTOOLS_ENVIRONMENT: Record<string, string> = Object.fromEntries(
+  contractEnvironment.variables
+    .filter((v) => v.readBy === 'Powertools')
+    .map((v) => [v.name, (v as { value?: string }).value ?? '']),
+);
 
 export function handlerOf(module: TaskModule): string {
   return `compactor.handlers.${module}.handler`;
@@ -151,7 +165,7 @@ export class TaskFunctions extends Construct {
       props.powertoolsLayerArn ??
       ssm.StringParameter.valueForStringParameter(this, POWERTOOLS_LAYER_PARAMETER);
     this.shared = {
-      code: lambda.Code.fromAsset(LAMBDAS_DIR, { exclude: LAMBDA_ASSET_EXCLUDES }),
+      code: lambdaCode(),
       powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
       role: props.role,
       logRetention: props.logRetention,

@@ -1,4 +1,4 @@
-"""The Lambda environment set by the stack (docs/contract.md, "Lambda environment")."""
+"""The Lambda environment set by the stack (contract/environment.json, docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,23 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from compactor import contract
 from compactor.errors import ConfigError
 
 # gp3 limits as documented by the botocore model this package ships with
-# (tests/test_config.py reads them back from that model so a botocore bump that changes them fails).
-GP3_MIN_IOPS = 3_000
-GP3_MAX_IOPS = 80_000
-GP3_MIN_THROUGHPUT = 125
-GP3_MAX_THROUGHPUT = 2_000
-GP3_MIB_PER_IOPS = 0.25
+# (test/lambdas/test_config.py reads them back from that model so a botocore bump that changes
+# them fails); contract/limits.json holds them for the stack too.
+GP3_MIN_IOPS = contract.limit("gp3MinIops")
+GP3_MAX_IOPS = contract.limit("gp3MaxIops")
+GP3_MIN_THROUGHPUT = contract.limit("gp3MinThroughput")
+GP3_MAX_THROUGHPUT = contract.limit("gp3MaxThroughput")
+GP3_MIB_PER_IOPS = contract.limit_value("gp3MiBPerIops")
 # gp3 also allows at most 500 IOPS per GiB of volume size (EBS User Guide, "General Purpose SSD
 # volumes"; not in the botocore model): a small volume cannot take the configured IOPS
-GP3_MAX_IOPS_PER_GIB = 500
-GP3_MAX_SIZE_GIB = 65_536
-VOLUME_INITIALIZATION_RATE_MIN = 100
-VOLUME_INITIALIZATION_RATE_MAX = 300
+GP3_MAX_IOPS_PER_GIB = contract.limit("gp3MaxIopsPerGiB")
+GP3_MAX_SIZE_GIB = contract.limit("gp3MaxSizeGiB")
+VOLUME_INITIALIZATION_RATE_MIN = contract.limit("volumeInitializationRateMin")
+VOLUME_INITIALIZATION_RATE_MAX = contract.limit("volumeInitializationRateMax")
 
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _LAUNCH_TEMPLATE_ID = re.compile(r"^lt-[0-9a-f]{8,17}$")
@@ -30,8 +32,8 @@ _ROOT_DEVICE_NAME = re.compile(r"^/dev/(sd|xvd)[a-z][0-9]*$")
 # the source and target volumes' device names (compactor/volumes.py): the root cannot be one
 _DATA_DEVICE_NAME = re.compile(r"^/dev/sd[f-y]$")
 ARCHITECTURES = ("x86_64", "arm64")
-# Step Functions' own bounds of a Standard state machine's TimeoutSeconds (1 year)
-STATE_MACHINE_TIMEOUT_MINUTES_MAX = 525_600
+# the keys Config.from_env reads (contract/environment.json; a test holds the two equal)
+ENVIRONMENT_KEYS = contract.variable_names("Config")
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,24 @@ class Config:
             command_log_group=env.text("COMMAND_LOG_GROUP"),
             event_bus_name=env.text("EVENT_BUS_NAME"),
             trigger_tag_key=env.text("TRIGGER_TAG_KEY"),
-            max_launch_attempts=env.integer("MAX_LAUNCH_ATTEMPTS", 1, 10),
+            max_launch_attempts=env.integer(
+                "MAX_LAUNCH_ATTEMPTS",
+                contract.limit("maxLaunchAttemptsMin"),
+                contract.limit("maxLaunchAttemptsMax"),
+            ),
             root_device_name=root_device_name,
             root_volume_gib=env.integer("ROOT_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
             architecture=env.one_of("ARCHITECTURE", ARCHITECTURES),
             state_machine_timeout_minutes=env.integer(
-                "STATE_MACHINE_TIMEOUT_MINUTES", 10, STATE_MACHINE_TIMEOUT_MINUTES_MAX
+                "STATE_MACHINE_TIMEOUT_MINUTES",
+                contract.limit("stateMachineTimeoutMinutesMin"),
+                contract.limit("stateMachineTimeoutMinutesMax"),
             ),
-            compaction_poll_seconds=env.integer("COMPACTION_POLL_SECONDS", 1, 86_400),
+            compaction_poll_seconds=env.integer(
+                "COMPACTION_POLL_SECONDS",
+                contract.limit("pollSecondsMin"),
+                contract.limit("pollSecondsMax"),
+            ),
             source_blocks_bucket=env.text("SOURCE_BLOCKS_BUCKET"),
         )
 

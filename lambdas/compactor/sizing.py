@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from compactor import contract
 from compactor.config import Config
 from compactor.errors import JobTooLarge
 from compactor.models import CompactionPoll
@@ -74,11 +75,12 @@ SIZE_CLASSES = (
 
 FIXED_OVERHEAD_SECONDS = 15 * 60  # command delivery, partition scan, filesystem checks
 SAFETY_FACTOR = 2.0  # lazily loaded snapshot blocks, a busy host, other tenants of the link
-MAX_POLL_ATTEMPTS = 360
+# the Check compaction loop stops here whatever the plan says (lib/settings.ts counts on it)
+MAX_POLL_ATTEMPTS = contract.limit("compactionPollMaxAttempts")
 # launch and SSM registration, attaching, the new snapshots, teardown and report
 OTHER_PHASES_SECONDS = 2 * 3600
 # the Command document's TimeoutSeconds parameter default (ssm-documents/compact-volumes.yaml)
-DOCUMENT_TIMEOUT_SECONDS = 172_800
+DOCUMENT_TIMEOUT_SECONDS = contract.limit("documentTimeoutSeconds")
 
 
 @dataclass(frozen=True)

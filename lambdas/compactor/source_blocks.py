@@ -30,15 +30,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from compactor import aws
+from compactor import aws, contract
 from compactor.models import BlockListVolume, Plan, SourceBlocksResult
 from compactor.observability import logger
 
 BLOCK_SIZE = 524_288  # what ListSnapshotBlocks returns as BlockSize and sparsecopy insists on
-PAGE_SIZE = 10_000  # ListSnapshotBlocks' largest MaxResults
-PAGES_PER_SECOND = 5.0
-# listing time per call; the Lambda timeout (lib/task-functions.ts) leaves room to write the objects
-SLICE_SECONDS = 60.0
+PAGE_SIZE = contract.limit("blockListPageSize")  # ListSnapshotBlocks' largest MaxResults
+PAGES_PER_SECOND = contract.limit_value("blockListPagesPerSecond")
+# listing time per call; the Lambda timeout (contract/tasks.json) leaves room to write the objects
+SLICE_SECONDS = contract.limit_value("blockListSliceSeconds")
 BUNDLE_NAME = "source-blocks.tar.gz"
 # the instance fetches the bundle as the first thing the Command document does
 URL_EXPIRES_SECONDS = 3600

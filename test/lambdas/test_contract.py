@@ -1,40 +1,39 @@
-"""The package matches docs/contract.md: every handler in its table imports, every error name in
-it is a class here. A renamed module or error breaks these tests, not the deployed workflow."""
+"""The package matches contract/*.json: the handlers folder holds exactly the task modules, every
+error name is a class of compactor/errors.py, Config and TriggerConfig read exactly the environment
+keys of the contract, the constants that restate a limit come from limits.json, and the package
+finds contract/ where the Lambda asset puts it. A renamed module, error or key breaks these tests,
+not the deployed workflow."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from compactor import errors
+from compactor import config, contract, errors, sizing, source_blocks
 from compactor.config import Config
+from compactor.report import build
 from compactor.trigger import TriggerConfig
 from test_config import VALID
 
-CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
-LAMBDAS_DOC = Path(__file__).resolve().parents[2] / "docs" / "lambdas.md"
-HANDLERS_DIR = Path(__file__).resolve().parents[2] / "lambdas" / "compactor" / "handlers"
+REPO = Path(__file__).resolve().parents[2]
+HANDLERS_DIR = REPO / "lambdas" / "compactor" / "handlers"
+CONTRACT_DIR = REPO / "contract"
 
 
-def contract_modules() -> list[str]:
-    rows = re.findall(r"^\|\s*\d+\s*\|\s*`([a-z_]+)`\s*\|", CONTRACT.read_text(), re.MULTILINE)
-    assert len(rows) >= 11, f"expected the 11 task rows in {CONTRACT}, found {rows}"
-    return rows
+def test_the_package_reads_the_repository_contract() -> None:
+    assert contract.directory() == CONTRACT_DIR
 
 
-def contract_error_names() -> list[str]:
-    text = CONTRACT.read_text()
-    block = re.search(r"class names are the Step Functions error names:\s*`([^`]+)`", text)
-    assert block, "the contract's list of error names was not found"
-    return [name.strip() for name in block.group(1).split(",")]
-
-
-@pytest.mark.parametrize("module", contract_modules())
-def test_every_handler_in_the_contract_imports(module: str) -> None:
+@pytest.mark.parametrize("module", contract.task_modules())
+def test_every_task_of_the_contract_has_a_handler(module: str) -> None:
     imported = importlib.import_module(f"compactor.handlers.{module}")
     assert callable(imported.handler)
     assert list(inspect.signature(imported.handler).parameters) == ["event", "context"]
@@ -42,23 +41,20 @@ def test_every_handler_in_the_contract_imports(module: str) -> None:
 
 def test_no_handler_module_outside_the_contract() -> None:
     present = {p.stem for p in HANDLERS_DIR.glob("*.py") if p.stem != "__init__"}
-    assert present == set(contract_modules())
+    assert present == set(contract.task_modules())
 
 
-@pytest.mark.parametrize("name", contract_error_names())
-def test_every_error_name_in_the_contract_is_a_class(name: str) -> None:
-    cls = getattr(errors, name)
-    assert issubclass(cls, errors.CompactorError)
-    assert cls.__name__ == name
-
-
-def test_no_expected_error_outside_the_contract() -> None:
-    defined = {
-        name
-        for name, cls in vars(errors).items()
-        if inspect.isclass(cls) and issubclass(cls, errors.CompactorError)
-    } - {"CompactorError"}
-    assert defined == set(contract_error_names())
+def test_state_names_are_unique_and_payload_paths_are_jsonpaths() -> None:
+    states = [s for task in contract.tasks() for s in task["states"]]
+    names = [(s["stateMachine"], s["state"]) for s in states]
+    assert len(names) == len(set(names))
+    for state in states:
+        assert state["resultPath"].startswith("$.")
+        payload = state["payload"]
+        paths = re.findall(r'"(\$[^"]*)"', json.dumps(payload))
+        assert all(re.fullmatch(r"\$\$?(\.[A-Za-z]+(\[\*\])?)*", path) for path in paths), paths
+    # only start_from_tag is called by something other than a state
+    assert [t["module"] for t in contract.tasks() if not t["states"]] == ["start_from_tag"]
 
 
 def compactor_error_classes() -> set[str]:
@@ -69,34 +65,22 @@ def compactor_error_classes() -> set[str]:
     } - {"CompactorError"}
 
 
-def doc_table(heading: str) -> list[list[str]]:
-    """The cells of the first Markdown table under `## heading` in docs/lambdas.md (no header
-    row, no separator row)."""
-    section = LAMBDAS_DOC.read_text().split(f"\n## {heading}\n", 1)
-    assert len(section) == 2, f"section {heading!r} not found in {LAMBDAS_DOC}"
-    lines = section[1].split("\n## ", 1)[0].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows: list[list[str]] = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    assert len(rows) > 2, f"no table under {heading!r}"
-    return rows[2:]
+def test_errors_py_defines_exactly_the_contracts_expected_errors() -> None:
+    assert compactor_error_classes() == set(contract.error_names("CompactorError"))
 
 
-def names_in(cell: str) -> set[str]:
-    return set(re.findall(r"`([A-Za-z0-9_]+)`", cell))
+def test_every_other_error_class_of_the_contract_is_what_it_says() -> None:
+    assert issubclass(errors.ConfigError, Exception)
+    assert not issubclass(errors.ConfigError, errors.CompactorError)
+    names = [e["name"] for e in contract.errors()]
+    assert len(names) == len(set(names))
+    assert "ConfigError" in contract.error_names("ConfigError")
 
 
-def test_lambdas_doc_errors_table_names_every_compactor_error() -> None:
-    documented = [
-        name
-        for row in doc_table("Errors the state machine can branch on")
-        for name in names_in(row[0])
-    ]
-    assert len(documented) == len(set(documented)), f"an error is listed twice: {documented}"
-    assert set(documented) == compactor_error_classes()
+def test_limit_placeholders_name_known_limits() -> None:
+    texts = [v["checked"] for v in contract.variables()] + [e["meaning"] for e in contract.errors()]
+    used = {name for text in texts for name in re.findall(r"\{([A-Za-z]+)\}", text)}
+    assert used and used <= set(contract.limits())
 
 
 class _Recording(Mapping[str, str]):
@@ -117,28 +101,77 @@ class _Recording(Mapping[str, str]):
         return len(self._values)
 
 
-def environment_read() -> dict[str, set[str]]:
-    """The variables Config.from_env (every task) and TriggerConfig.from_env (start_from_tag)
-    read, found by running them on a valid environment."""
-    tasks = _Recording(VALID)
-    Config.from_env(tasks)
-    trigger = _Recording(
+def test_config_reads_exactly_the_contracts_keys() -> None:
+    recording = _Recording(VALID)
+    Config.from_env(recording)
+    assert recording.read == set(contract.variable_names("Config"))
+    assert set(config.ENVIRONMENT_KEYS) == recording.read
+
+
+def test_trigger_config_reads_exactly_the_contracts_keys() -> None:
+    recording = _Recording(
         {
             "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:compactor",
             "TRIGGER_TAG_KEY": "compact",
         }
     )
-    TriggerConfig.from_env(trigger)
-    return {"tasks": tasks.read, "start_from_tag": trigger.read}
+    TriggerConfig.from_env(recording)
+    assert recording.read == set(contract.variable_names("TriggerConfig"))
 
 
-def test_lambdas_doc_environment_table_lists_what_the_code_reads() -> None:
-    read = environment_read()
-    assert len(read["tasks"]) > 10 and read["start_from_tag"]  # the recording works
-    documented: dict[str, set[str]] = {"tasks": set(), "start_from_tag": set()}
-    for row in doc_table("Environment"):
-        readers = {reader.strip() for reader in row[1].split(",")}
-        assert readers <= set(documented), f"unknown reader in {row}"
-        for reader in readers:
-            documented[reader] |= names_in(row[0])
-    assert documented == read
+def test_every_key_goes_to_a_function_that_reads_it() -> None:
+    readers = {
+        "workflow": {"Config", "Powertools"},
+        "start_from_tag": {"TriggerConfig", "Powertools"},
+    }
+    for variable in contract.variables():
+        read_by = {r.strip() for r in variable["readBy"].split(",")}
+        for function in variable["functions"]:
+            assert read_by & readers[function], variable
+
+
+def test_the_python_constants_come_from_the_limits() -> None:
+    value = contract.limit_value
+    assert (value("gp3MinIops"), value("gp3MaxIops")) == (config.GP3_MIN_IOPS, config.GP3_MAX_IOPS)
+    assert value("gp3MiBPerIops") == config.GP3_MIB_PER_IOPS
+    assert value("compactionPollMaxAttempts") == sizing.MAX_POLL_ATTEMPTS
+    assert value("documentTimeoutSeconds") == sizing.DOCUMENT_TIMEOUT_SECONDS
+    assert value("blockListSliceSeconds") == source_blocks.SLICE_SECONDS
+    assert value("blockListPagesPerSecond") == source_blocks.PAGES_PER_SECOND
+    assert value("blockListPageSize") == source_blocks.PAGE_SIZE
+
+
+def test_the_reports_phases_are_the_contracts() -> None:
+    assert tuple(build.PHASES) == contract.phases()
+
+
+def test_the_asset_layout_finds_contract_beside_the_package(tmp_path: Path) -> None:
+    """lib/task-functions.ts ships contract/ beside compactor/ in the Lambda asset."""
+    package = tmp_path / "asset" / "compactor"
+    package.mkdir(parents=True)
+    shutil.copy(REPO / "lambdas" / "compactor" / "contract.py", package / "contract.py")
+    (package / "__init__.py").write_text("")
+    shutil.copytree(CONTRACT_DIR, tmp_path / "asset" / "contract")
+    found = subprocess.run(
+        [sys.executable, "-c", "from compactor import contract; print(contract.directory())"],
+        cwd=tmp_path / "asset",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert found == str(tmp_path / "asset" / "contract")
+
+
+def test_without_a_contract_the_error_says_what_is_missing(tmp_path: Path) -> None:
+    package = tmp_path / "deep" / "er" / "compactor"
+    package.mkdir(parents=True)
+    shutil.copy(REPO / "lambdas" / "compactor" / "contract.py", package / "contract.py")
+    (package / "__init__.py").write_text("")
+    run = subprocess.run(
+        [sys.executable, "-c", "from compactor import contract; contract.directory()"],
+        cwd=package.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert "the Lambda asset must ship it" in run.stderr
