@@ -1,7 +1,10 @@
 /**
  * Deploy-time settings, read from CDK context (`cdk.json` or `-c key=value`) and validated at synth so a
- * bad value fails before anything reaches CloudFormation. README.md ("Settings") documents every key.
+ * bad value fails before anything reaches CloudFormation. docs/deploy.md ("Settings") documents every key;
+ * the numbers the Lambdas check too come from contract/limits.json.
  */
+
+import contractLimits from '../contract/limits.json';
 
 export type Architecture = 'x86_64' | 'arm64';
 
@@ -17,7 +20,7 @@ export interface Settings {
   /** Both given: use this VPC and these subnets; both absent: the stack creates a small private VPC. */
   readonly vpcId?: string;
   readonly subnetIds?: string[];
-  /** Undefined = prepare picks the types by the bytes to copy and the architecture (README "Settings"). */
+  /** Undefined = prepare picks the types by the bytes to copy and the architecture (docs/deploy.md "Settings"). */
   readonly instanceTypes?: string[];
   readonly architecture: Architecture;
   readonly allowOnDemand: boolean;
@@ -49,18 +52,25 @@ export interface Settings {
   readonly logRetentionDays: number;
 }
 
+type LimitName = keyof typeof contractLimits.limits;
+
+/** The numbers the stack and the Lambdas share, by name (contract/limits.json). */
+export const LIMITS = Object.fromEntries(
+  Object.entries(contractLimits.limits).map(([name, limit]) => [name, limit.value]),
+) as Record<LimitName, number>;
+
 /**
  * The compaction poll's interval and attempts come from the plan (sized by the bytes to copy); the plan
  * never asks for more calls than this, and the Choice of the loop stops here whatever the plan says.
  */
-export const COMPACTION_POLL_MAX_ATTEMPTS = 360;
+export const COMPACTION_POLL_MAX_ATTEMPTS = LIMITS.compactionPollMaxAttempts;
 
-/** Step Functions fails an execution at 25,000 history events, without running the teardown. */
-export const HISTORY_EVENT_LIMIT = 25_000;
+/** Step Functions fails an execution at this many history events, without running the teardown. */
+export const HISTORY_EVENT_LIMIT = LIMITS.historyEventLimit;
 /** Events of one poll iteration: Wait (2) + Lambda task (5) + counter Pass (2) + Choice (2). */
-export const EVENTS_PER_POLL_ITERATION = 11;
+export const EVENTS_PER_POLL_ITERATION = LIMITS.historyEventsPerPollIteration;
 /** Generous allowance for the states outside poll loops. */
-export const EVENTS_OUTSIDE_LOOPS = 400;
+export const EVENTS_OUTSIDE_LOOPS = LIMITS.historyEventsOutsideLoops;
 
 /** CloudWatch Logs accepts only these retention periods. */
 const LOG_RETENTION_DAYS = [
@@ -81,7 +91,48 @@ export interface ContextSource {
 
 export function readSettings(context: ContextSource): Settings {
   const reader = new ContextReader(context);
-  const architecture = reader.oneOf('architecture', ['x86_64', 'arm64'] as const, 'x86_64');
+  rejectRetiredSettings(reader);
+  const settings: Settings = {
+    stackName: reader.string(
+      'stackName',
+      'EbsSnapshotCompactor',
+      /^[A-Za-z][A-Za-z0-9-]{0,63}$/,
+      'letters, digits and hyphens, starting with a letter, at most 64 characters',
+    ),
+    ...readNetwork(reader),
+    ...readInstance(reader),
+    ...readVolumes(reader),
+    triggerTagKey: reader.string(
+      'triggerTagKey',
+      'compact',
+      /^(?!aws:)(?!ebs-snapshot-compactor:)[\p{L}\p{Z}\p{N}_.:/=+\-@]{1,128}$/u,
+      'a tag key of at most 128 characters that does not start with "aws:" or "ebs-snapshot-compactor:"',
+    ),
+    ...readPollLoops(reader),
+    stateMachineTimeoutMinutes: reader.integer(
+      'stateMachineTimeoutMinutes',
+      2880,
+      LIMITS.stateMachineTimeoutMinutesMin,
+      LIMITS.stateMachineTimeoutMinutesMax,
+    ),
+    ...readAccountResources(reader),
+  };
+  checkHistoryBudget(settings);
+  return settings;
+}
+
+function rejectRetiredSettings(reader: ContextReader): void {
+  if (reader.isSet('compactionPollMaxAttempts')) {
+    throw new SettingsError(
+      'Context "compactionPollMaxAttempts" is no longer a setting: prepare sizes the compaction poll from the ' +
+        `bytes to copy (at most ${COMPACTION_POLL_MAX_ATTEMPTS} calls, the interval grows instead); ` +
+        '"compactionPollSeconds" sets the shortest interval.',
+    );
+  }
+}
+
+/** Both given: the user's VPC and subnets; both absent: the stack creates one. */
+function readNetwork(reader: ContextReader): Pick<Settings, 'vpcId' | 'subnetIds'> {
   const vpcId = reader.optionalString('vpcId', /^vpc-[0-9a-f]{8,17}$/, 'a VPC id like vpc-0123456789abcdef0');
   const subnetIds = reader.optionalList(
     'subnetIds',
@@ -93,66 +144,106 @@ export function readSettings(context: ContextSource): Settings {
       'Context "vpcId" and "subnetIds" go together: give both (use your VPC) or neither (the stack creates one).',
     );
   }
-  const sourceVolumeIops = reader.integer('sourceVolumeIops', 16000, 3000, 80000);
-  const sourceVolumeThroughput = reader.integer('sourceVolumeThroughput', 1000, 125, 2000);
-  if (sourceVolumeThroughput > sourceVolumeIops / 4) {
-    throw new SettingsError(
-      `Context "sourceVolumeThroughput" ${sourceVolumeThroughput} MiB/s needs at least ${sourceVolumeThroughput * 4} ` +
-        `IOPS (gp3 allows 0.25 MiB/s per IOPS); raise "sourceVolumeIops" (now ${sourceVolumeIops}) or lower the throughput.`,
-    );
-  }
-  if (reader.isSet('compactionPollMaxAttempts')) {
-    throw new SettingsError(
-      'Context "compactionPollMaxAttempts" is no longer a setting: prepare sizes the compaction poll from the ' +
-        `bytes to copy (at most ${COMPACTION_POLL_MAX_ATTEMPTS} calls, the interval grows instead); ` +
-        '"compactionPollSeconds" sets the shortest interval.',
-    );
-  }
-  const volumeInitializationRate = reader.integer('volumeInitializationRate', 0, 0, 300);
-  if (volumeInitializationRate !== 0 && volumeInitializationRate < 100) {
-    throw new SettingsError(
-      `Context "volumeInitializationRate" must be 0 (off) or 100-300 MiB/s, got ${volumeInitializationRate}.`,
-    );
-  }
-  const settings: Settings = {
-    stackName: reader.string(
-      'stackName',
-      'EbsSnapshotCompactor',
-      /^[A-Za-z][A-Za-z0-9-]{0,63}$/,
-      'letters, digits and hyphens, starting with a letter, at most 64 characters',
-    ),
-    vpcId,
-    subnetIds,
+  return { vpcId, subnetIds };
+}
+
+function readInstance(
+  reader: ContextReader,
+): Pick<Settings, 'instanceTypes' | 'architecture' | 'allowOnDemand' | 'maxLaunchAttempts'> {
+  return {
     instanceTypes: reader.optionalList(
       'instanceTypes',
       /^[a-z][a-z0-9-]*\.[a-z0-9]+$/,
       'instance types like m7i.large',
     ),
-    architecture,
+    architecture: reader.oneOf('architecture', ['x86_64', 'arm64'] as const, 'x86_64'),
     allowOnDemand: reader.boolean('allowOnDemand', true),
-    sourceVolumeIops,
-    sourceVolumeThroughput,
-    volumeInitializationRate,
-    maxVolumeGiB: reader.integer('maxVolumeGiB', 16384, 1, 65536),
-    triggerTagKey: reader.string(
-      'triggerTagKey',
-      'compact',
-      /^(?!aws:)(?!ebs-snapshot-compactor:)[\p{L}\p{Z}\p{N}_.:/=+\-@]{1,128}$/u,
-      'a tag key of at most 128 characters that does not start with "aws:" or "ebs-snapshot-compactor:"',
+    maxLaunchAttempts: reader.integer(
+      'maxLaunchAttempts',
+      3,
+      LIMITS.maxLaunchAttemptsMin,
+      LIMITS.maxLaunchAttemptsMax,
     ),
-    maxLaunchAttempts: reader.integer('maxLaunchAttempts', 3, 1, 10),
+  };
+}
+
+/** gp3 performance of the source and target volumes, their initialization rate and largest size. */
+function readVolumes(
+  reader: ContextReader,
+): Pick<
+  Settings,
+  'sourceVolumeIops' | 'sourceVolumeThroughput' | 'volumeInitializationRate' | 'maxVolumeGiB'
+> {
+  const iops = reader.integer('sourceVolumeIops', 16000, LIMITS.gp3MinIops, LIMITS.gp3MaxIops);
+  const throughput = reader.integer(
+    'sourceVolumeThroughput',
+    1000,
+    LIMITS.gp3MinThroughput,
+    LIMITS.gp3MaxThroughput,
+  );
+  if (throughput > iops * LIMITS.gp3MiBPerIops) {
+    throw new SettingsError(
+      `Context "sourceVolumeThroughput" ${throughput} MiB/s needs at least ${Math.ceil(throughput / LIMITS.gp3MiBPerIops)} ` +
+        `IOPS (gp3 allows ${LIMITS.gp3MiBPerIops} MiB/s per IOPS); raise "sourceVolumeIops" (now ${iops}) or lower the throughput.`,
+    );
+  }
+  const [rateMin, rateMax] = [LIMITS.volumeInitializationRateMin, LIMITS.volumeInitializationRateMax];
+  const rate = reader.integer('volumeInitializationRate', 0, 0, rateMax);
+  if (rate !== 0 && rate < rateMin) {
+    throw new SettingsError(
+      `Context "volumeInitializationRate" must be 0 (off) or ${rateMin}-${rateMax} MiB/s, got ${rate}.`,
+    );
+  }
+  return {
+    sourceVolumeIops: iops,
+    sourceVolumeThroughput: throughput,
+    volumeInitializationRate: rate,
+    maxVolumeGiB: reader.integer('maxVolumeGiB', 16384, 1, LIMITS.gp3MaxSizeGiB),
+  };
+}
+
+type PollLoopKey =
+  | 'sourcePoll'
+  | 'blockListPoll'
+  | 'readyPoll'
+  | 'attachPoll'
+  | 'compactionPoll'
+  | 'snapshotPoll'
+  | 'teardownPoll';
+
+function readPollLoops(reader: ContextReader): Pick<Settings, PollLoopKey> {
+  return {
     sourcePoll: reader.pollLoop('sourcePoll', 60, 360),
-    // each call lists for up to 60 s at 5 pages of 10,000 blocks a second: 20 calls cover 30 TiB of held data
+    // each call lists for up to a slice (blockListSliceSeconds) at blockListPagesPerSecond pages of
+    // blockListPageSize blocks: 20 calls cover 30 TiB of held data
     blockListPoll: reader.pollLoop('blockListPoll', 10, 20),
     readyPoll: reader.pollLoop('readyPoll', 15, 40),
     attachPoll: reader.pollLoop('attachPoll', 10, 60),
     compactionPoll: {
-      intervalSeconds: reader.integer('compactionPollSeconds', 120, 5, 3600),
+      intervalSeconds: reader.integer(
+        'compactionPollSeconds',
+        120,
+        LIMITS.pollSecondsMin,
+        LIMITS.pollSecondsMax,
+      ),
       maxAttempts: COMPACTION_POLL_MAX_ATTEMPTS,
     },
     snapshotPoll: reader.pollLoop('snapshotPoll', 120, 360),
     teardownPoll: reader.pollLoop('teardownPoll', 30, 20),
-    stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes', 2880, 10, 525600),
+  };
+}
+
+/** KMS keys, the Powertools layer and log retention: what the stack uses of the account. */
+function readAccountResources(
+  reader: ContextReader,
+): Pick<Settings, 'kmsKeyArns' | 'powertoolsLayerArn' | 'logRetentionDays'> {
+  const logRetentionDays = reader.integer('logRetentionDays', 90, 1, 3653);
+  if (!LOG_RETENTION_DAYS.includes(logRetentionDays)) {
+    throw new SettingsError(
+      `Context "logRetentionDays" must be one of ${LOG_RETENTION_DAYS.join(', ')} (what CloudWatch Logs accepts), got ${logRetentionDays}.`,
+    );
+  }
+  return {
     kmsKeyArns: reader.optionalList(
       'kmsKeyArns',
       /^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key\/[A-Za-z0-9*-]+$/,
@@ -163,15 +254,8 @@ export function readSettings(context: ContextSource): Settings {
       /^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$/,
       'a Lambda layer version ARN',
     ),
-    logRetentionDays: reader.integer('logRetentionDays', 90, 1, 3653),
+    logRetentionDays,
   };
-  if (!LOG_RETENTION_DAYS.includes(settings.logRetentionDays)) {
-    throw new SettingsError(
-      `Context "logRetentionDays" must be one of ${LOG_RETENTION_DAYS.join(', ')} (what CloudWatch Logs accepts), got ${settings.logRetentionDays}.`,
-    );
-  }
-  checkHistoryBudget(settings);
-  return settings;
 }
 
 /**
@@ -283,7 +367,12 @@ class ContextReader {
 
   pollLoop(prefix: string, intervalSeconds: number, maxAttempts: number): PollLoopSettings {
     return {
-      intervalSeconds: this.integer(`${prefix}Seconds`, intervalSeconds, 5, 3600),
+      intervalSeconds: this.integer(
+        `${prefix}Seconds`,
+        intervalSeconds,
+        LIMITS.pollSecondsMin,
+        LIMITS.pollSecondsMax,
+      ),
       maxAttempts: this.integer(`${prefix}MaxAttempts`, maxAttempts, 1, 5000),
     };
   }

@@ -1,5 +1,7 @@
+import contractLimits from '../../contract/limits.json';
 import {
   COMPACTION_POLL_MAX_ATTEMPTS,
+  LIMITS,
   EVENTS_OUTSIDE_LOOPS,
   EVENTS_PER_POLL_ITERATION,
   HISTORY_EVENT_LIMIT,
@@ -156,5 +158,76 @@ describe('settings', () => {
     expect(worstCaseHistoryEvents(s)).toBe(iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS);
     // The compaction poll counts at its cap whatever the minimum interval: the plan may use every call.
     expect(worstCaseHistoryEvents(read({ compactionPollSeconds: 3600 }))).toBe(worstCaseHistoryEvents(s));
+  });
+});
+
+describe('the settings check the limits of contract/limits.json', () => {
+  const limit = (name: keyof typeof contractLimits.limits) => contractLimits.limits[name].value;
+
+  test('LIMITS is limits.json by name', () => {
+    expect(LIMITS).toEqual(
+      Object.fromEntries(Object.entries(contractLimits.limits).map(([name, l]) => [name, l.value])),
+    );
+    expect(COMPACTION_POLL_MAX_ATTEMPTS).toBe(limit('compactionPollMaxAttempts'));
+    expect(HISTORY_EVENT_LIMIT).toBe(limit('historyEventLimit'));
+    expect(EVENTS_PER_POLL_ITERATION).toBe(limit('historyEventsPerPollIteration'));
+    expect(EVENTS_OUTSIDE_LOOPS).toBe(limit('historyEventsOutsideLoops'));
+  });
+
+  // [setting, lowest limit, highest limit, other context the value needs]
+  const bounds: [string, number, number, Record<string, unknown>][] = [
+    ['sourceVolumeIops', limit('gp3MinIops'), limit('gp3MaxIops'), { sourceVolumeThroughput: 125 }],
+    [
+      'sourceVolumeThroughput',
+      limit('gp3MinThroughput'),
+      limit('gp3MaxThroughput'),
+      { sourceVolumeIops: 80000 },
+    ],
+    [
+      'volumeInitializationRate',
+      limit('volumeInitializationRateMin'),
+      limit('volumeInitializationRateMax'),
+      {},
+    ],
+    ['maxVolumeGiB', 1, limit('gp3MaxSizeGiB'), {}],
+    [
+      'maxLaunchAttempts',
+      limit('maxLaunchAttemptsMin'),
+      limit('maxLaunchAttemptsMax'),
+      { teardownPollMaxAttempts: 1 },
+    ],
+    ['compactionPollSeconds', limit('pollSecondsMin'), limit('pollSecondsMax'), {}],
+    ['readyPollSeconds', limit('pollSecondsMin'), limit('pollSecondsMax'), {}],
+    [
+      'stateMachineTimeoutMinutes',
+      limit('stateMachineTimeoutMinutesMin'),
+      limit('stateMachineTimeoutMinutesMax'),
+      {},
+    ],
+  ];
+  /** The range error of `key`, if reading throws one (10 launches break the history budget instead). */
+  const rangeError = (context: Record<string, unknown>, key: string): string | undefined => {
+    try {
+      read(context);
+    } catch (error) {
+      const message = (error as Error).message;
+      return message.includes(`"${key}" must be`) ? message : undefined;
+    }
+    return undefined;
+  };
+  test.each(bounds)('%s takes %d to %d and nothing outside', (key, low, high, other) => {
+    expect(rangeError({ ...other, [key]: low }, key)).toBeUndefined();
+    expect(rangeError({ ...other, [key]: high }, key)).toBeUndefined();
+    expect(rangeError({ ...other, [key]: low - 1 }, key)).toBeDefined();
+    expect(rangeError({ ...other, [key]: high + 1 }, key)).toBeDefined();
+  });
+
+  test('the throughput may use gp3MiBPerIops of the IOPS, not more', () => {
+    const iops = 4000;
+    const most = iops * limit('gp3MiBPerIops');
+    expect(read({ sourceVolumeIops: iops, sourceVolumeThroughput: most }).sourceVolumeThroughput).toBe(most);
+    expect(() => read({ sourceVolumeIops: iops, sourceVolumeThroughput: most + 1 })).toThrow(
+      /needs at least/,
+    );
   });
 });
