@@ -2,8 +2,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
+import { zipSync, Zippable } from 'fflate';
 import * as YAML from 'yaml';
-import { deterministicZip, ZipEntry } from './deterministic-zip';
 
 export const SSM_DOCUMENTS_DIR = path.join(__dirname, '..', 'ssm-documents');
 export const COMPACT_VOLUMES_DOCUMENT = path.join(SSM_DOCUMENTS_DIR, 'compact-volumes.yaml');
@@ -11,6 +11,14 @@ export const SPARSECOPY_DIR = path.join(SSM_DOCUMENTS_DIR, 'sparsecopy');
 export const PROGRAM_PLACEHOLDER = '__SPARSECOPY_PYZ_BASE64__';
 /** SSM rejects document content over 64 KB. */
 export const MAX_DOCUMENT_BYTES = 64 * 1024;
+/**
+ * Every entry's time: 1980-01-01 00:00, the earliest zip (DOS) date, in local time as zip stores it, so no clock
+ * or file mtime leaks into the archive and the same sources always give the same bytes (the document, and with it
+ * the template, changes only when the program changes).
+ */
+const ZIP_MTIME = new Date(1980, 0, 1, 0, 0, 0);
+/** Regular file, mode 0644, made on Unix: what `python3 -m zipapp` would record. */
+const ZIP_ATTRIBUTES = { os: 3, attrs: 0o100644 << 16 };
 
 /** Parts of the program tree that are not the program. */
 function isShippedSource(relative: string): boolean {
@@ -42,10 +50,11 @@ export function programArchive(programDir: string = SPARSECOPY_DIR): Buffer {
         '(ssm-documents/sparsecopy) and cannot be built without it.',
     );
   }
-  const entries: ZipEntry[] = listFiles(programDir)
-    .filter(isShippedSource)
-    .map((name) => ({ name, data: fs.readFileSync(path.join(programDir, name)) }));
-  return deterministicZip(entries);
+  const entries: Zippable = {};
+  for (const name of listFiles(programDir).filter(isShippedSource).sort()) {
+    entries[name] = [fs.readFileSync(path.join(programDir, name)), ZIP_ATTRIBUTES];
+  }
+  return Buffer.from(zipSync(entries, { level: 9, mtime: ZIP_MTIME }));
 }
 
 export interface CommandDocumentContent {

@@ -1,5 +1,10 @@
-"""Decide, per partition, what to copy: the filesystem's allocated ranges, a header, or every
-non-zero block. With ``recover`` the journal/log is replayed first (the only write to SOURCE)."""
+"""Decide, per partition, what to copy: the filesystem's allocated ranges, a header, every
+non-zero block, or the trim method. With ``recover`` the journal/log is replayed first (the only
+write to SOURCE).
+
+Every method decision lives here, including the trim method's scratch policy: ``--method trim``
+stops before writing when a partition cannot be staged in ``--scratch``, while ``--method
+allocated`` copies such a btrfs partition raw instead (never a failure)."""
 
 import os
 import struct
@@ -15,7 +20,35 @@ from .progress import human, log
 from .source_blocks import Held
 
 ALLOCATED, RAW, HEADER, TRIM = "allocated", "raw", "header", "trim"
+METHODS = (ALLOCATED, TRIM)  # what --method accepts
+Reader = Callable[[int, int], bytes]
 KERNEL_TRIMMABLE = ("ext4", "xfs", "btrfs")
+
+
+def scratch_room(directory: str) -> int:
+    """Bytes free for staging trim images in ``directory`` (0 when it does not exist)."""
+    try:
+        free = os.statvfs(directory)
+    except OSError:
+        return 0
+    return free.f_bavail * free.f_frsize
+
+
+def check_scratch(method: str, scratch: str) -> None:
+    """Before any device is opened: --method trim stages partitions in ``scratch``."""
+    if method == TRIM and not os.path.isdir(scratch):
+        raise Failure(f"scratch directory {scratch} does not exist: create it or pass --scratch")
+
+
+class Scratch(NamedTuple):
+    """Where trim images are staged and how many bytes it has free."""
+
+    directory: str
+    room: int
+
+    @classmethod
+    def of(cls, directory: str) -> "Scratch":
+        return cls(directory, scratch_room(directory))
 
 
 class PartPlan:
@@ -206,6 +239,23 @@ def _swap_header(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
     plan.raw("swap signature moved; copying every non-zero block")
 
 
+def _plan_trim(plan: PartPlan, method: str, scratch: Optional[Scratch]) -> None:
+    """The trim method stages one partition at a time: ``scratch`` must hold the partition."""
+    if scratch is None or plan.size <= scratch.room:
+        plan.use(TRIM, [(plan.start, plan.size)], "copied through a trimmed scratch image")
+    elif method == TRIM:
+        raise Failure(
+            f"scratch directory {scratch.directory} has {human(scratch.room)} free but partition "
+            f"{plan.number} ({human(plan.size)}) may need it all for the trim method: "
+            "pass --scratch on a larger disk"
+        )
+    else:
+        plan.raw(
+            f"scratch {scratch.directory} has {human(scratch.room)} free, too little to trim a "
+            f"{human(plan.size)} partition (pass --scratch): copying every non-zero block"
+        )
+
+
 def _limit(plan: PartPlan, held: Held) -> None:
     """needed ∩ held, unless a replay wrote to the partition (then whatever it needs is read)."""
     plan.needed = total(plan.extents)
@@ -216,6 +266,29 @@ def _limit(plan: PartPlan, held: Held) -> None:
         plan.extents = held.clip(plan.extents)
 
 
+def _plan_partition(
+    plan: PartPlan, source: str, disk_size: int, recover: bool, read: Reader
+) -> None:
+    """A partition's map: ext4/XFS through their tools (after replay), NTFS/FAT parsed here."""
+    fs = plan.fs
+    if fs in ("ext4", "xfs"):
+        # Replay and dumpe2fs/xfs_db can take a while on big filesystems: say what runs.
+        log(f"partition {plan.number}: {fs}: {'replaying, then ' if recover else ''}reading map")
+        with partition_device(
+            source, plan.start, plan.size, disk_size, read_only=not recover
+        ) as device:
+            if fs == "ext4":
+                _plan_ext(plan, device, recover)
+            else:
+                _plan_xfs(plan, device, recover)
+    elif fs in ("ntfs", "vfat"):
+        _plan_parsed(plan, read)
+    elif fs == "swap":
+        _swap_header(plan, read)
+    else:
+        plan.raw(f"no allocation map for {fs} data: copying every non-zero block")
+
+
 def plan_disk(
     source: str,
     disk_size: int,
@@ -224,43 +297,28 @@ def plan_disk(
     recover: bool,
     reader: MetaReader,
     held: Optional[Held] = None,
+    scratch: Optional[Scratch] = None,
 ) -> DiskPlan:
     """Read the table and every partition's allocation map; with ``held`` (--source-blocks)
     every plan becomes needed ∩ held. The external tools (dumpe2fs, e2fsck, xfs_db, xfs_logprint)
-    read the source themselves, listed blocks or not: only their metadata reads."""
+    read the source themselves, listed blocks or not: only their metadata reads. Without
+    ``scratch`` (inspect) the trim method is planned whatever room it would need."""
     layout = read_layout(reader.at(0), disk_size, sector)
     if layout.problem:
         log(f"partition table ignored ({layout.problem}): copying the disk as unknown data")
     plans: list[PartPlan] = []
     for part in layout.partitions:
         read = reader.at(part.start)
-        fs = detect(read, part.size)
-        plan = PartPlan(part, fs)
+        plan = PartPlan(part, detect(read, part.size))
         plans.append(plan)
-        if fs in KERNEL_TRIMMABLE and (method == TRIM or fs == "btrfs"):
-            plan.use(TRIM, [(part.start, part.size)], "copied through a trimmed scratch image")
-        elif fs in ("ext4", "xfs"):
-            # Replay and dumpe2fs/xfs_db can take a while on big filesystems: say what runs.
-            log(
-                f"partition {part.number}: {fs}: {'replaying, then ' if recover else ''}reading map"
-            )
-            with partition_device(
-                source, part.start, part.size, disk_size, read_only=not recover
-            ) as device:
-                if fs == "ext4":
-                    _plan_ext(plan, device, recover)
-                else:
-                    _plan_xfs(plan, device, recover)
-        elif fs in ("ntfs", "vfat"):
-            _plan_parsed(plan, read)
-        elif fs == "swap":
-            _swap_header(plan, read)
+        if plan.fs in KERNEL_TRIMMABLE and (method == TRIM or plan.fs == "btrfs"):
+            _plan_trim(plan, method, scratch)
         else:
-            plan.raw(f"no allocation map for {fs} data: copying every non-zero block")
+            _plan_partition(plan, source, disk_size, recover, read)
         if held is not None:
             _limit(plan, held)
         log(
-            f"partition {plan.number}: {fs}, method {plan.method}, "
+            f"partition {plan.number}: {plan.fs}, method {plan.method}, "
             f"{human(total(plan.extents))} to read{'; ' + plan.note if plan.note else ''}"
         )
     if recover:

@@ -1,4 +1,4 @@
-"""``summarize``: the Command document's whole standard output, one JSON line of bounded size.
+"""The Command document's whole standard output (``job``): one JSON line of bounded size.
 
 GetCommandInvocation returns only the first 24,000 characters of StandardOutputContent (also for a
 finished command), so the line the Lambdas parse must fit whatever the number of volumes and
@@ -136,16 +136,20 @@ def volume_entry(source_volume_id: str, target_volume_id: str, summary: Json) ->
     return entry
 
 
+def printable(text: str) -> str:
+    """``text`` as printable ASCII: non-ASCII as Python escapes (\\xe9), controls as ``?``."""
+    escaped = text.encode("ascii", "backslashreplace").decode("ascii")
+    return "".join(c if " " <= c <= "~" else "?" for c in escaped)
+
+
 def error_line(error: str, source_volume_id: str) -> str:
-    """The failure line: at most ERROR_LINE_BOUND characters."""
+    """The failure line: at most ERROR_LINE_BOUND characters, the error made printable ASCII."""
     return dumps(
-        {"error": clip(error, ERROR_BUDGET), "sourceVolumeId": clip(source_volume_id, ID_BUDGET)}
+        {
+            "error": clip(printable(error), ERROR_BUDGET),
+            "sourceVolumeId": clip(source_volume_id, ID_BUDGET),
+        }
     )
-
-
-def last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
 
 
 def details(index: int, count: int, source: str, target: str, summary: Json) -> list[str]:
@@ -158,36 +162,22 @@ def details(index: int, count: int, source: str, target: str, summary: Json) -> 
     return lines
 
 
-def summarize(
-    sources: Sequence[str], targets: Sequence[str], outputs: Sequence[str]
-) -> tuple[int, str, list[str]]:
-    """(exit code, the standard output line, the standard error lines) for the copies' stdouts.
-
-    A copy whose stdout does not end with a JSON object is a failure of its volume."""
-    first = sources[0] if sources else ""
-    if not (len(sources) == len(targets) == len(outputs)):
-        error = (
-            f"summarize got {len(sources)} source volume ids, {len(targets)} target volume ids "
-            f"and {len(outputs)} copy outputs: they must match"
+def join(
+    sources: Sequence[str], targets: Sequence[str], summaries: Sequence[Json]
+) -> tuple[str, list[str]]:
+    """(the standard output line, the standard error lines) for the copies' summaries, one a
+    volume in job order (the job checks that there are 1 to MAX_VOLUMES of each)."""
+    if not (len(sources) == len(targets) == len(summaries)) or len(sources) > MAX_VOLUMES:
+        raise ValueError(
+            f"join got {len(sources)} source volume ids, {len(targets)} target volume ids and "
+            f"{len(summaries)} summaries: they must match, at most {MAX_VOLUMES}"
         )
-        return 1, error_line(error, first), []
-    if not 1 <= len(sources) <= MAX_VOLUMES:
-        error = f"summarize got {len(sources)} volumes: a job has 1 to {MAX_VOLUMES}"
-        return 1, error_line(error, first), []
     entries: list[str] = []
     stderr: list[str] = []
-    for index, (source, target, output) in enumerate(zip(sources, targets, outputs)):
-        line = last_line(output)
-        try:
-            summary = json.loads(line)
-        except ValueError:
-            summary = None
-        if not isinstance(summary, dict):
-            error = f"sparsecopy copy printed no JSON summary (last stdout line: {line[:200]!r})"
-            return 1, error_line(error, source), stderr
+    for index, (source, target, summary) in enumerate(zip(sources, targets, summaries)):
         stderr.extend(details(index, len(sources), source, target, summary))
         entries.append(dumps(volume_entry(source, target, summary)))
     result = '{"volumes":[' + ",".join(entries) + "]}"
     if len(result) > LINE_BOUND or LINE_BOUND >= STDOUT_LIMIT:
         raise ValueError(f"summary line of {len(result)} characters exceeds {LINE_BOUND}")
-    return 0, result, stderr
+    return result, stderr

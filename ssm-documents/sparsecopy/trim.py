@@ -12,7 +12,7 @@ from .blockdev import detach, mounted, run
 from .copier import Copier
 from .errors import Failure
 from .extents import Extents, total
-from .plan import RAW, PartPlan
+from .plan import RAW, PartPlan, scratch_room
 from .progress import Progress, log
 from .source_blocks import Held
 
@@ -30,15 +30,6 @@ def data_extents(fd: int, size: int) -> Extents:
         out.append((start, end - start))
         pos = end
     return out
-
-
-def scratch_room(directory: str) -> int:
-    """Bytes free for staging images in ``directory`` (0 when it does not exist)."""
-    try:
-        free = os.statvfs(directory)
-    except OSError:
-        return 0
-    return free.f_bavail * free.f_frsize
 
 
 @contextlib.contextmanager

@@ -1,0 +1,222 @@
+"""``copy``: SOURCE onto the blank TARGET of the same size, reading only what the plan needs.
+
+With a block list (``--source-blocks``) every read is needed ∩ held: the plan's ranges
+(plan_disk), the trim staging (copy_trimmed), the verify compare (the same ranges) and the
+metadata MetaReader parses (zeros where not held)."""
+
+import contextlib
+import mmap
+import os
+import stat
+import time
+from typing import Callable, NamedTuple, Optional, TypeVar
+
+from .blockdev import in_use, sector_size, size_of
+from .copier import Copier, open_device
+from .errors import Failure
+from .extents import Extents, align, clip, normalize, total
+from .plan import ALLOCATED, TRIM, DiskPlan, MetaReader, Scratch, check_scratch, plan_disk
+from .progress import Progress, log
+from .source_blocks import BlockList, Held, against_device, load
+from .trim import copy_trimmed
+from .verify import fsck_all
+
+HEAD = 1024 * 1024  # written last, so an unfinished target holds no recognisable table/superblock
+ALIGN = 4096  # the failure mark's size
+FAILED_MARK = b"SPARSECOPY-FAILED\n"
+DEFAULT_SCRATCH = "/var/tmp"
+DEFAULT_JOBS = 16
+T = TypeVar("T")
+
+
+class CopyOptions(NamedTuple):
+    source: str
+    target: str
+    method: str = ALLOCATED
+    scratch: str = DEFAULT_SCRATCH
+    jobs: int = DEFAULT_JOBS
+    verify: bool = False
+    source_blocks: Optional[str] = None  # the block list file
+
+
+class _Devices(NamedTuple):
+    """The open source and target and what the copy learnt about them before writing."""
+
+    source_fd: int
+    target_fd: int
+    reader: MetaReader
+    size: int
+    sector: int
+    held: Optional[Held]
+
+
+def check_device(path: str, role: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise Failure(f"{role} {path} does not exist: {exc.strerror}") from exc
+    if not (stat.S_ISBLK(mode) or stat.S_ISREG(mode)):
+        raise Failure(f"{role} {path} is not a block device")
+    problem = in_use(path)
+    if problem:
+        raise Failure(f"{role} {problem}")
+
+
+def _read_aligned(fd: int, offset: int, length: int) -> bytes:
+    buf = mmap.mmap(-1, length)
+    try:
+        n = os.preadv(fd, [buf], offset)
+        return buf[:n]
+    finally:
+        buf.close()
+
+
+def _check_blank(fd: int, size: int, path: str) -> None:
+    span = min(HEAD, size)
+    for offset in (0, max(size - span, 0)):
+        if _read_aligned(fd, offset, span).strip(b"\0"):
+            raise Failure(
+                f"target {path} is not blank (data at byte {offset}..{offset + span}): "
+                "copy only onto a new, never-written volume"
+            )
+
+
+def _mark_failed(fd: int, reason: str) -> None:
+    buf = mmap.mmap(-1, ALIGN)
+    try:
+        buf.write((FAILED_MARK + reason.encode(errors="replace"))[: ALIGN - 1] + b"\n")
+        os.pwritev(fd, [buf], 0)
+        os.fsync(fd)
+    finally:
+        buf.close()
+
+
+def _marking_failure(target_fd: int, write: Callable[[], T]) -> T:
+    """Runs ``write``; if it fails, the target's first 4 KiB say so (no table, no superblock)."""
+    try:
+        return write()
+    except BaseException as exc:
+        reason = str(exc) if isinstance(exc, Failure) else f"{type(exc).__name__}: {exc}"
+        try:
+            _mark_failed(target_fd, reason)
+            log("target marked failed (first 4 KiB overwritten with SPARSECOPY-FAILED)")
+        except OSError as mark_error:
+            log(f"could not mark the target failed ({mark_error.strerror}): discard it")
+        raise
+
+
+def _preflight(options: CopyOptions) -> Optional[BlockList]:
+    """Every check that needs no open device; the block list, parsed."""
+    if not 1 <= options.jobs <= 64:
+        raise Failure(f"--jobs {options.jobs} is out of range: use 1 to 64")
+    if os.path.realpath(options.source) == os.path.realpath(options.target):
+        raise Failure("source and target are the same device")
+    check_device(options.source, "source")
+    check_device(options.target, "target")
+    check_scratch(options.method, options.scratch)
+    return load(options.source_blocks) if options.source_blocks else None
+
+
+def _examine(
+    options: CopyOptions,
+    source_fd: int,
+    target_fd: int,
+    reader: MetaReader,
+    blocks: Optional[BlockList],
+) -> _Devices:
+    """Sizes, the block list against the source, and a blank target: nothing written yet."""
+    size, target_size = size_of(source_fd), size_of(target_fd)
+    if target_size < size:
+        raise Failure(
+            f"target is smaller than source ({target_size} < {size} bytes): "
+            "create the target with the source's size"
+        )
+    held: Optional[Held] = None
+    if blocks is not None:
+        held = against_device(blocks, size, options.source)
+        reader.limit(held)
+    _check_blank(target_fd, target_size, options.target)
+    return _Devices(source_fd, target_fd, reader, size, sector_size(source_fd), held)
+
+
+def _direct_ranges(plan: DiskPlan, sector: int, size: int) -> Extents:
+    """What the copier reads itself: outside the partitions and every partition not trimmed.
+
+    Sector-aligned (O_DIRECT) but no wider: widening to 4 KiB would pull free, dirty 1 KiB
+    blocks of small filesystems into the copy. With a block list the extents are already
+    needed ∩ held: an end inside a listed block widens within that block (a sector divides
+    512 KiB), an end on a block boundary is aligned, so no unlisted byte is added."""
+    direct: Extents = list(plan.outside)
+    for part in plan.partitions:
+        if part.method != TRIM:
+            direct.extend(part.extents)
+    return align(normalize(direct), sector, size)
+
+
+def _write(
+    options: CopyOptions, dev: _Devices, plan: DiskPlan, ranges: Extents
+) -> "tuple[int, int]":
+    """The copy itself, the table/superblock last. Returns (bytes read, bytes written)."""
+    on_read = dev.held.touch if dev.held else None
+    copier = Copier(options.jobs, on_read=on_read)
+    progress = Progress("copy", total(ranges))
+    copier.copy(dev.source_fd, dev.target_fd, clip(ranges, HEAD, dev.size), progress)
+    read, written = copier.bytes_read, copier.bytes_written
+    for part in plan.partitions:
+        if part.method == TRIM:
+            staged, kept = copy_trimmed(
+                part,
+                dev.source_fd,
+                dev.target_fd,
+                options.scratch,
+                options.jobs,
+                options.verify,
+                dev.held,
+            )
+            read, written = read + staged, written + kept
+    os.fsync(dev.target_fd)
+    head = Copier(options.jobs, on_read=on_read)
+    head.copy(dev.source_fd, dev.target_fd, clip(ranges, 0, HEAD), progress)
+    os.fsync(dev.target_fd)
+    progress.maybe_report(force=True)
+    if options.verify:
+        check = Copier(options.jobs, on_read=on_read)
+        check.compare(dev.source_fd, dev.target_fd, ranges, Progress("verify", total(ranges)))
+        fsck_all(options.target, dev.size, plan.partitions)
+    return read + head.bytes_read, written + head.bytes_written
+
+
+def _copy_open(options: CopyOptions, dev: _Devices, started: float) -> "dict[str, object]":
+    scratch = Scratch.of(options.scratch)
+    plan = plan_disk(
+        options.source, dev.size, dev.sector, options.method, True, dev.reader, dev.held, scratch
+    )
+    ranges = _direct_ranges(plan, dev.sector, dev.size)
+    read, written = _marking_failure(dev.target_fd, lambda: _write(options, dev, plan, ranges))
+    held = dev.held
+    return {
+        "source_bytes_read": read + dev.reader.bytes_read,
+        "target_bytes_written": written,
+        "partitions": [p.summary() for p in plan.partitions],
+        "verified": options.verify,
+        "seconds": round(time.monotonic() - started, 3),
+        "table": plan.layout.table,
+        "outside_partitions_bytes": total(plan.outside),
+        "held_blocks": held.blocks if held else None,
+        "held_blocks_read": held.blocks_read() if held else None,
+    }
+
+
+def copy_disk(options: CopyOptions) -> "dict[str, object]":
+    """Copy SOURCE to TARGET; the summary ``copy`` prints. Failure says what to do."""
+    started = time.monotonic()
+    blocks = _preflight(options)
+    with contextlib.ExitStack() as opened:
+        source_fd = open_device(options.source, write=False)
+        opened.callback(os.close, source_fd)
+        target_fd = open_device(options.target, write=True)
+        opened.callback(os.close, target_fd)
+        reader = MetaReader(options.source)
+        opened.callback(reader.close)
+        dev = _examine(options, source_fd, target_fd, reader, blocks)
+        return _copy_open(options, dev, started)

@@ -1,0 +1,188 @@
+"""``job``: the Command document's whole run on the transfer instance.
+
+The document passes its parameters as they are: comma lists of the source and target volume
+ids and device names (job order), the method, jobs, verify and the presigned URL of the block
+lists. The job fetches and unpacks the block lists (when there is a URL), then for each volume
+finds both devices and copies the source onto the target (with the volume's block list when the
+bundle has one), and prints the one bounded JSON line the Lambdas parse: the summary on success
+(exit 0), else the error with the volume it belongs to (exit 1). Everything else, including
+each volume's full summary, goes to standard error; while the job runs, standard output is
+pointed at standard error so that no child program can add a line.
+"""
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Callable, NamedTuple, Optional
+
+from . import bundle
+from .device import find_device
+from .disk_copy import CopyOptions, copy_disk
+from .errors import Failure
+from .plan import ALLOCATED
+from .progress import log
+from .summary import MAX_VOLUMES, Json, error_line, join
+
+PREFIX = "sparsecopy: "  # what log() starts every line with; the error line keeps it
+SAME_COUNT = (
+    "SourceVolumeIds, TargetVolumeIds, SourceDeviceNames and TargetDeviceNames must have the "
+    "same number of items"
+)
+
+
+class JobOptions(NamedTuple):
+    source_volume_ids: str  # comma lists, job order
+    target_volume_ids: str
+    source_device_names: str
+    target_device_names: str
+    method: str = ALLOCATED
+    jobs: int = 16
+    verify: bool = True
+    source_blocks_url: str = ""  # empty: copy without block lists
+    scratch: str = "/var/tmp"
+
+
+class Volume(NamedTuple):
+    order: int  # position in the job: volume-<order>.json
+    source_id: str
+    target_id: str
+    source_device_name: str
+    target_device_name: str
+
+
+class Steps(NamedTuple):
+    """What the job calls for each step (the tests stand in for the network)."""
+
+    find: Callable[[str, Optional[str]], str] = find_device
+    copy: Callable[[CopyOptions], Json] = copy_disk
+    fetch: Callable[[str, str], None] = bundle.fetch
+
+
+REAL_STEPS = Steps()
+
+
+class JobFailed(Exception):
+    """The job stops: ``error`` is the line's text, ``source_id`` the volume it belongs to."""
+
+    def __init__(self, error: str, source_id: str) -> None:
+        super().__init__(error)
+        self.error = error
+        self.source_id = source_id
+
+
+def volumes(options: JobOptions) -> list[Volume]:
+    """The volume pairs; JobFailed when the lists do not pair up or a job would be too big."""
+    lists = [
+        text.split(",")
+        for text in (
+            options.source_volume_ids,
+            options.target_volume_ids,
+            options.source_device_names,
+            options.target_device_names,
+        )
+    ]
+    first = lists[0][0]
+    problem = ""
+    if len({len(items) for items in lists}) != 1:
+        problem = SAME_COUNT
+    elif len(lists[0]) > MAX_VOLUMES:
+        problem = f"{len(lists[0])} volumes: a job has 1 to {MAX_VOLUMES}"
+    if problem:
+        log(f"error: {problem}")
+        raise JobFailed(problem, first)
+    return [Volume(i, *items) for i, items in enumerate(zip(*lists))]
+
+
+def block_lists(url: str, work: str, steps: Steps) -> "dict[int, str]":
+    """Each volume's block list file by index: none without a URL. A volume EBS would not list
+    has no file and is copied without one."""
+    if not url:
+        return {}
+    log("fetching the source block lists")
+    archive = os.path.join(work, "blocks.tar.gz")
+    steps.fetch(url, archive)
+    directory = os.path.join(work, "blocks")
+    os.mkdir(directory)
+    return bundle.unpack(archive, directory)
+
+
+def _volume_error(exc: BaseException) -> str:
+    """The error line's text for a volume: what the program logs, as ``copy`` does."""
+    if isinstance(exc, Failure):
+        message = f"error: {exc}"
+    elif isinstance(exc, KeyboardInterrupt):
+        message = "error: interrupted"
+    else:
+        message = f"error: internal error: {type(exc).__name__}: {exc}"
+    log(message)
+    return PREFIX + message
+
+
+def copy_volume(
+    volume: Volume, count: int, options: JobOptions, blocks: Optional[str], steps: Steps
+) -> Json:
+    """Find both devices and copy; JobFailed (with this volume's source) when any step fails."""
+    log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {volume.target_id}")
+    try:
+        source = steps.find(volume.source_id, volume.source_device_name)
+        target = steps.find(volume.target_id, volume.target_device_name)
+        log(f"copying {source} -> {target}")
+        copy = CopyOptions(
+            source, target, options.method, options.scratch, options.jobs, options.verify, blocks
+        )
+        return steps.copy(copy)
+    except (Exception, KeyboardInterrupt) as exc:
+        raise JobFailed(_volume_error(exc), volume.source_id) from exc
+
+
+def _copy_all(options: JobOptions, pairs: list[Volume], steps: Steps) -> "list[Json]":
+    with tempfile.TemporaryDirectory(prefix="sparsecopy-job-") as work:
+        try:
+            lists = block_lists(options.source_blocks_url, work, steps)
+        except Failure as exc:
+            log(f"error: {exc}")
+            raise JobFailed(str(exc), pairs[0].source_id) from exc
+        return [
+            copy_volume(volume, len(pairs), options, lists.get(volume.order), steps)
+            for volume in pairs
+        ]
+
+
+def run(options: JobOptions, steps: Steps = REAL_STEPS) -> "tuple[int, str]":
+    """(exit code, the one standard output line)."""
+    try:
+        pairs = volumes(options)
+        summaries = _copy_all(options, pairs, steps)
+        line, details = join([v.source_id for v in pairs], [v.target_id for v in pairs], summaries)
+    except JobFailed as failed:
+        return 1, error_line(failed.error, failed.source_id)
+    except (Exception, KeyboardInterrupt) as exc:
+        first = options.source_volume_ids.split(",")[0]
+        return 1, error_line(_volume_error(exc), first)
+    for detail in details:
+        log(detail)
+    return 0, line
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Standard output (file descriptor 1, inherited by child programs) goes to standard
+    error until the job prints its line."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def main(options: JobOptions) -> int:
+    with stdout_to_stderr():
+        code, line = run(options)
+    print(line, flush=True)
+    return code
