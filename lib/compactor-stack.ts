@@ -3,6 +3,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
+import contractEnvironment from '../contract/environment.json';
 import { CleanupWorkflow } from './cleanup-workflow';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
@@ -19,113 +20,209 @@ export interface CompactorStackProps extends StackProps {
   readonly settings: Settings;
 }
 
+/** What the workflow's environment names besides the settings. */
+export interface WorkflowEnvironmentParts {
+  readonly subnetIds: string[];
+  readonly launchTemplateId: string;
+  readonly documentName: string;
+  readonly commandLogGroupName: string;
+  readonly sourceBlocksBucketName: string;
+}
+
+/**
+ * The keys contract/environment.json gives `functions` ('workflow' or a module), minus the Powertools
+ * keys that lib/task-functions.ts adds to every function.
+ */
+export function contractEnvironmentKeys(functions: string): string[] {
+  return contractEnvironment.variables
+    .filter((v) => v.functions.includes(functions) && v.readBy !== 'Powertools')
+    .map((v) => v.name);
+}
+
+/** Fails the synth when `values` sets a key the contract does not give these functions, or misses one. */
+export function checkedEnvironment(
+  functions: string,
+  values: Record<string, string>,
+): Record<string, string> {
+  const expected = contractEnvironmentKeys(functions).sort();
+  const given = Object.keys(values).sort();
+  if (JSON.stringify(expected) !== JSON.stringify(given)) {
+    throw new Error(
+      `The ${functions} environment sets ${given.join(', ')}; contract/environment.json gives it ${expected.join(', ')}.`,
+    );
+  }
+  return values;
+}
+
+/** The environment of every workflow task function (contract/environment.json, functions "workflow"). */
+export function workflowEnvironment(
+  settings: Settings,
+  parts: WorkflowEnvironmentParts,
+): Record<string, string> {
+  return checkedEnvironment('workflow', {
+    STACK_NAME: settings.stackName,
+    SUBNET_IDS: parts.subnetIds.join(','),
+    LAUNCH_TEMPLATE_ID: parts.launchTemplateId,
+    // Empty = prepare picks the types by the bytes to copy and ARCHITECTURE.
+    INSTANCE_TYPES: settings.instanceTypes?.join(',') ?? '',
+    ARCHITECTURE: settings.architecture,
+    ALLOW_ON_DEMAND: String(settings.allowOnDemand),
+    SOURCE_VOLUME_IOPS: String(settings.sourceVolumeIops),
+    SOURCE_VOLUME_THROUGHPUT: String(settings.sourceVolumeThroughput),
+    VOLUME_INITIALIZATION_RATE: String(settings.volumeInitializationRate),
+    MAX_VOLUME_GIB: String(settings.maxVolumeGiB),
+    DOCUMENT_NAME: parts.documentName,
+    COMMAND_LOG_GROUP: parts.commandLogGroupName,
+    EVENT_BUS_NAME: 'default',
+    TRIGGER_TAG_KEY: settings.triggerTagKey,
+    MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
+    ROOT_DEVICE_NAME,
+    ROOT_VOLUME_GIB: String(ROOT_VOLUME_GIB),
+    STATE_MACHINE_TIMEOUT_MINUTES: String(settings.stateMachineTimeoutMinutes),
+    // The shortest compaction poll interval the plan may choose.
+    COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
+    SOURCE_BLOCKS_BUCKET: parts.sourceBlocksBucketName,
+  });
+}
+
+/** The transfer instance's side: network, instance, Command document, its log group and the block-list bucket. */
+interface DataPlane {
+  readonly network: ReturnType<typeof transferNetwork>;
+  readonly transfer: TransferInstance;
+  readonly document: CompactVolumesDocument;
+  readonly commandLogGroup: logs.LogGroup;
+  readonly sourceBlocks: SourceBlocksBucket;
+}
+
 export class CompactorStack extends Stack {
   public readonly workflow: CompactionWorkflow;
   public readonly cleanup: CleanupWorkflow;
+  private readonly settings: Settings;
+  private readonly retention: logs.RetentionDays;
 
   constructor(scope: Construct, id: string, props: CompactorStackProps) {
     super(scope, id, { ...props, stackName: props.settings.stackName });
-    const settings = props.settings;
-    Tags.of(this).add('ebs-snapshot-compactor:managed-by', settings.stackName);
-    const retention = settings.logRetentionDays as logs.RetentionDays;
+    this.settings = props.settings;
+    this.retention = this.settings.logRetentionDays as logs.RetentionDays;
+    Tags.of(this).add('ebs-snapshot-compactor:managed-by', this.settings.stackName);
 
-    const network = transferNetwork(this, settings);
-    const commandLogGroup = new logs.LogGroup(this, 'CommandLogs', {
-      retention,
-      removalPolicy: RemovalPolicy.DESTROY,
+    const dataPlane = this.dataPlane();
+    const taskRole = this.taskRole(dataPlane);
+    const tasks = new TaskFunctions(this, 'Tasks', {
+      role: taskRole.role,
+      logRetention: this.retention,
+      powertoolsLayerArn: this.settings.powertoolsLayerArn,
+      environment: workflowEnvironment(this.settings, {
+        subnetIds: dataPlane.network.subnetIds,
+        launchTemplateId: dataPlane.transfer.launchTemplate.launchTemplateId!,
+        documentName: dataPlane.document.documentName,
+        commandLogGroupName: dataPlane.commandLogGroup.logGroupName,
+        sourceBlocksBucketName: dataPlane.sourceBlocks.bucket.bucketName,
+      }),
     });
+    taskRole.allowLogging(tasks.logGroupArns);
+
+    this.workflow = new CompactionWorkflow(this, 'Workflow', {
+      settings: this.settings,
+      functions: tasks.functions,
+      logGroup: this.logGroup('WorkflowLogs'),
+    });
+    this.cleanup = new CleanupWorkflow(this, 'Cleanup', {
+      settings: this.settings,
+      teardownFunction: tasks.functions.teardown,
+      logGroup: this.logGroup('CleanupLogs'),
+    });
+    // After the state machine: start_from_tag's environment names it (the definition never names start_from_tag).
+    const triggers = new Triggers(this, 'Triggers', {
+      stateMachine: this.workflow.stateMachine,
+      cleanupStateMachine: this.cleanup.stateMachine,
+      triggerTagKey: this.settings.triggerTagKey,
+      taskFunctionShared: tasks.shared,
+    });
+    const pipelinePolicy = this.pipelineAccess(dataPlane.commandLogGroup, triggers);
+
+    acknowledgeNagFindings({
+      taskRole: taskRole.role,
+      taskFunctions: Object.values(tasks.functions),
+      startFromTag: triggers.startFromTag,
+      startFromTagRole: triggers.startFromTagRole,
+      instanceRole: dataPlane.transfer.role,
+      stateMachine: this.workflow.stateMachine,
+      cleanupStateMachine: this.cleanup.stateMachine,
+      pipelinePolicy,
+      deadLetterQueue: triggers.deadLetterQueue,
+      createdVpc: dataPlane.network.createdVpc,
+      sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
+    });
+  }
+
+  private logGroup(id: string): logs.LogGroup {
+    return new logs.LogGroup(this, id, { retention: this.retention, removalPolicy: RemovalPolicy.DESTROY });
+  }
+
+  private dataPlane(): DataPlane {
+    const network = transferNetwork(this, this.settings);
+    const commandLogGroup = this.logGroup('CommandLogs');
     const transfer = new TransferInstance(this, 'TransferInstance', {
       vpc: network.vpc,
-      architecture: settings.architecture,
+      architecture: this.settings.architecture,
       commandLogGroup,
     });
     const document = new CompactVolumesDocument(this, 'CompactVolumesDocument');
     const sourceBlocks = new SourceBlocksBucket(this, 'SourceBlocksBucket', {
-      stateMachineTimeoutMinutes: settings.stateMachineTimeoutMinutes,
+      stateMachineTimeoutMinutes: this.settings.stateMachineTimeoutMinutes,
     });
+    return { network, transfer, document, commandLogGroup, sourceBlocks };
+  }
 
-    const taskRole = new TaskRole(this, 'TaskRole', {
-      stackName: settings.stackName,
-      subnetIds: network.subnetIds,
-      securityGroupId: transfer.securityGroup.securityGroupId,
-      launchTemplateId: transfer.launchTemplate.launchTemplateId!,
-      amiParameterName: transfer.amiParameterName,
-      instanceRole: transfer.role,
-      documentName: document.documentName,
-      commandLogGroupArn: commandLogGroup.logGroupArn,
-      kmsKeyArns: settings.kmsKeyArns ?? [
+  private taskRole(d: DataPlane): TaskRole {
+    return new TaskRole(this, 'TaskRole', {
+      stackName: this.settings.stackName,
+      subnetIds: d.network.subnetIds,
+      securityGroupId: d.transfer.securityGroup.securityGroupId,
+      launchTemplateId: d.transfer.launchTemplate.launchTemplateId!,
+      amiParameterName: d.transfer.amiParameterName,
+      instanceRole: d.transfer.role,
+      documentName: d.document.documentName,
+      commandLogGroupArn: d.commandLogGroup.logGroupArn,
+      kmsKeyArns: this.settings.kmsKeyArns ?? [
         this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),
       ],
-      sourceBlocksBucket: sourceBlocks.bucket,
+      sourceBlocksBucket: d.sourceBlocks.bucket,
     });
-    const tasks = new TaskFunctions(this, 'Tasks', {
-      role: taskRole.role,
-      logRetention: retention,
-      powertoolsLayerArn: settings.powertoolsLayerArn,
-      environment: {
-        STACK_NAME: settings.stackName,
-        SUBNET_IDS: network.subnetIds.join(','),
-        LAUNCH_TEMPLATE_ID: transfer.launchTemplate.launchTemplateId!,
-        // Empty = prepare picks the types by the bytes to copy and ARCHITECTURE.
-        INSTANCE_TYPES: settings.instanceTypes?.join(',') ?? '',
-        ARCHITECTURE: settings.architecture,
-        ALLOW_ON_DEMAND: String(settings.allowOnDemand),
-        SOURCE_VOLUME_IOPS: String(settings.sourceVolumeIops),
-        SOURCE_VOLUME_THROUGHPUT: String(settings.sourceVolumeThroughput),
-        VOLUME_INITIALIZATION_RATE: String(settings.volumeInitializationRate),
-        MAX_VOLUME_GIB: String(settings.maxVolumeGiB),
-        DOCUMENT_NAME: document.documentName,
-        COMMAND_LOG_GROUP: commandLogGroup.logGroupName,
-        EVENT_BUS_NAME: 'default',
-        TRIGGER_TAG_KEY: settings.triggerTagKey,
-        MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
-        ROOT_DEVICE_NAME,
-        ROOT_VOLUME_GIB: String(ROOT_VOLUME_GIB),
-        STATE_MACHINE_TIMEOUT_MINUTES: String(settings.stateMachineTimeoutMinutes),
-        // The shortest compaction poll interval the plan may choose.
-        COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
-        SOURCE_BLOCKS_BUCKET: sourceBlocks.bucket.bucketName,
-      },
-    });
-    taskRole.allowLogging(tasks.logGroupArns);
+  }
 
-    const workflowLogGroup = new logs.LogGroup(this, 'WorkflowLogs', {
-      retention,
-      removalPolicy: RemovalPolicy.DESTROY,
-    });
-    this.workflow = new CompactionWorkflow(this, 'Workflow', {
-      settings,
-      functions: tasks.functions,
-      logGroup: workflowLogGroup,
-    });
+  /** What a pipeline needs to start, watch and stop compactions, and the stack's outputs. */
+  private pipelineAccess(commandLogGroup: logs.LogGroup, triggers: Triggers): iam.ManagedPolicy {
     const stateMachine = this.workflow.stateMachine;
-    this.cleanup = new CleanupWorkflow(this, 'Cleanup', {
-      settings,
-      teardownFunction: tasks.functions.teardown,
-      logGroup: new logs.LogGroup(this, 'CleanupLogs', { retention, removalPolicy: RemovalPolicy.DESTROY }),
-    });
-
-    // After the state machine: start_from_tag's environment names it (the definition never names start_from_tag).
-    const triggers = new Triggers(this, 'Triggers', {
-      stateMachine,
-      cleanupStateMachine: this.cleanup.stateMachine,
-      triggerTagKey: settings.triggerTagKey,
-      taskFunctionShared: tasks.shared,
-    });
-
     const arnParameter = new ssm.StringParameter(this, 'StateMachineArnParameter', {
-      parameterName: `/ebs-snapshot-compactor/${settings.stackName}/state-machine-arn`,
+      parameterName: `/ebs-snapshot-compactor/${this.settings.stackName}/state-machine-arn`,
       stringValue: stateMachine.stateMachineArn,
       description: 'ARN of the ebs-snapshot-compactor state machine, for pipelines that start compactions',
     });
+    const pipelinePolicy = this.pipelinePolicy(arnParameter);
+    new CfnOutput(this, 'StateMachineArn', {
+      value: stateMachine.stateMachineArn,
+      exportName: `${this.settings.stackName}-StateMachineArn`,
+      description: 'Start compactions here (StartExecution)',
+    });
+    new CfnOutput(this, 'StateMachineArnParameterName', { value: arnParameter.parameterName });
+    new CfnOutput(this, 'StartCompactionsPolicyArn', { value: pipelinePolicy.managedPolicyArn });
+    new CfnOutput(this, 'CommandLogGroupName', { value: commandLogGroup.logGroupName });
+    new CfnOutput(this, 'TagTriggerDeadLetterQueueUrl', { value: triggers.deadLetterQueue.queueUrl });
+    return pipelinePolicy;
+  }
+
+  private pipelinePolicy(arnParameter: ssm.StringParameter): iam.ManagedPolicy {
+    const stateMachine = this.workflow.stateMachine;
     const executions = this.formatArn({
       service: 'states',
       resource: 'execution',
       resourceName: `${stateMachine.stateMachineName}:*`,
       arnFormat: ArnFormat.COLON_RESOURCE_NAME,
     });
-    const pipelinePolicy = new iam.ManagedPolicy(this, 'StartCompactionsPolicy', {
-      description: `Lets a pipeline start, watch and stop compactions of ${settings.stackName}`,
+    return new iam.ManagedPolicy(this, 'StartCompactionsPolicy', {
+      description: `Lets a pipeline start, watch and stop compactions of ${this.settings.stackName}`,
       statements: [
         new iam.PolicyStatement({
           sid: 'StartCompactions',
@@ -143,30 +240,6 @@ export class CompactorStack extends Stack {
           resources: [arnParameter.parameterArn],
         }),
       ],
-    });
-
-    new CfnOutput(this, 'StateMachineArn', {
-      value: stateMachine.stateMachineArn,
-      exportName: `${settings.stackName}-StateMachineArn`,
-      description: 'Start compactions here (StartExecution)',
-    });
-    new CfnOutput(this, 'StateMachineArnParameterName', { value: arnParameter.parameterName });
-    new CfnOutput(this, 'StartCompactionsPolicyArn', { value: pipelinePolicy.managedPolicyArn });
-    new CfnOutput(this, 'CommandLogGroupName', { value: commandLogGroup.logGroupName });
-    new CfnOutput(this, 'TagTriggerDeadLetterQueueUrl', { value: triggers.deadLetterQueue.queueUrl });
-
-    acknowledgeNagFindings({
-      taskRole: taskRole.role,
-      taskFunctions: Object.values(tasks.functions),
-      startFromTag: triggers.startFromTag,
-      startFromTagRole: triggers.startFromTagRole,
-      instanceRole: transfer.role,
-      stateMachine,
-      cleanupStateMachine: this.cleanup.stateMachine,
-      pipelinePolicy,
-      deadLetterQueue: triggers.deadLetterQueue,
-      createdVpc: network.createdVpc,
-      sourceBlocksBucket: sourceBlocks.bucket,
     });
   }
 }

@@ -1,6 +1,8 @@
 import { spawnSync } from 'child_process';
+import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
-import { handlerOf, LAMBDAS_DIR, TASK_MODULES } from '../../lib/task-functions';
+import { handlerOf, TASK_MODULES, writeLambdaAsset } from '../../lib/task-functions';
 import { synthTemplate } from './support';
 
 const PYTHON = path.join(__dirname, '..', '..', '.venv', 'bin', 'python');
@@ -20,6 +22,12 @@ for handler in json.loads(sys.argv[1]):
 print(json.dumps(found))
 `;
 
+/** Then prints where compactor/contract.py found contract/. */
+const CONTRACT_FOUND = `
+from compactor import contract
+print(contract.directory())
+`;
+
 /** Template values such as {"Ref": ...} become placeholder strings, as Lambda would see real values. */
 function plainEnvironment(variables: Record<string, unknown>): Record<string, string> {
   return Object.fromEntries(
@@ -30,7 +38,7 @@ function plainEnvironment(variables: Record<string, unknown>): Record<string, st
   );
 }
 
-test('every function Handler resolves to a callable in the Lambda package, with the stack environment', () => {
+test('every function Handler resolves to a callable in the Lambda asset (contract/ beside compactor/), with the stack environment', () => {
   const template = synthTemplate();
   // The stack's own functions; CDK's provider functions (index.handler) are not in the Lambda package.
   const functions = Object.values(template.findResources('AWS::Lambda::Function')).filter((fn) =>
@@ -44,18 +52,23 @@ test('every function Handler resolves to a callable in the Lambda package, with 
     Object.assign({}, ...functions.map((fn) => fn.Properties.Environment.Variables)),
   );
   environment.STATE_MACHINE_ARN = 'arn:aws:states:us-east-1:111122223333:stateMachine:Test';
-  const result = spawnSync(PYTHON, ['-c', RESOLVE, JSON.stringify(handlers)], {
-    cwd: LAMBDAS_DIR,
+  // The asset as Lambda gets it: the handlers import from its root, the contract is read from it.
+  const asset = fs.mkdtempSync(path.join(os.tmpdir(), 'lambda-asset-'));
+  writeLambdaAsset(asset);
+  const result = spawnSync(PYTHON, ['-c', RESOLVE + CONTRACT_FOUND, JSON.stringify(handlers)], {
+    cwd: asset,
     env: {
       PATH: process.env.PATH,
-      PYTHONPATH: LAMBDAS_DIR,
+      PYTHONPATH: asset,
       AWS_DEFAULT_REGION: 'us-east-1',
       POWERTOOLS_TRACE_DISABLED: 'true',
       ...environment,
     },
     encoding: 'utf8',
   });
+  fs.rmSync(asset, { recursive: true, force: true });
   if (result.status !== 0) throw new Error(`python failed (${result.status}): ${result.stderr}`);
-  const found = JSON.parse(result.stdout) as Record<string, string>;
-  expect(found).toEqual(Object.fromEntries(handlers.map((handler) => [handler, 'ok'])));
+  const [found, contractDir] = result.stdout.trim().split('\n');
+  expect(JSON.parse(found)).toEqual(Object.fromEntries(handlers.map((handler) => [handler, 'ok'])));
+  expect(contractDir).toBe(path.join(asset, 'contract'));
 });

@@ -1,7 +1,15 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { Match, Template } from 'aws-cdk-lib/assertions';
-import { TASK_MODULES } from '../../lib/task-functions';
+import * as os from 'os';
+import contractEnvironment from '../../contract/environment.json';
+import { checkedEnvironment, contractEnvironmentKeys } from '../../lib/compactor-stack';
+import {
+  CONTRACT_TASKS,
+  POWERTOOLS_ENVIRONMENT,
+  TASK_MODULES,
+  writeLambdaAsset,
+} from '../../lib/task-functions';
 import { synthTemplate } from './support';
 
 const STACK_TAG = 'ebs-snapshot-compactor:stack';
@@ -134,16 +142,57 @@ describe('default stack', () => {
     });
   });
 
-  test('docs/contract.md lists exactly the environment keys the stack sets', () => {
-    const contract = fs.readFileSync(path.join(__dirname, '..', '..', 'docs', 'contract.md'), 'utf8');
-    const section = contract.split('## Lambda environment')[1].split('\n\n')[1];
-    const listed = new Set([...section.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => m[1]));
-    listed.delete('AWS_ENDPOINT_URL'); // read by boto3 in the twin, not set by the stack
-    const set = new Set<string>();
+  test('each function gets exactly the environment keys contract/environment.json gives it', () => {
+    const keysFor = (functions: string) =>
+      contractEnvironment.variables
+        .filter((v) => v.functions.includes(functions))
+        .map((v) => v.name)
+        .sort();
+    const workflowModules = new Set(CONTRACT_TASKS.filter((t) => t.workflow).map((t) => t.module));
     for (const fn of Object.values(compactorFunctions(template))) {
-      for (const key of Object.keys(fn.Properties.Environment.Variables)) set.add(key);
+      const module = String(fn.Properties.Handler).split('.')[2];
+      const expected = keysFor(workflowModules.has(module) ? 'workflow' : module);
+      expect({ module, keys: Object.keys(fn.Properties.Environment.Variables).sort() }).toEqual({
+        module,
+        keys: expected,
+      });
     }
-    expect([...listed].sort()).toEqual([...set].sort());
+    // the Powertools keys carry the contract's values
+    for (const v of contractEnvironment.variables.filter((v) => v.readBy === 'Powertools')) {
+      expect(POWERTOOLS_ENVIRONMENT[v.name]).toBe((v as { value?: string }).value);
+    }
+  });
+
+  test('a workflow environment that leaves out or adds a key fails the synth', () => {
+    const keys = contractEnvironmentKeys('workflow');
+    const values = Object.fromEntries(keys.map((key) => [key, 'x']));
+    expect(checkedEnvironment('workflow', values)).toBe(values);
+    const missing = Object.fromEntries(Object.entries(values).filter(([key]) => key !== 'STACK_NAME'));
+    expect(() => checkedEnvironment('workflow', missing)).toThrow(/contract\/environment.json/);
+    expect(() => checkedEnvironment('workflow', { ...values, EXTRA: 'x' })).toThrow(/sets .*EXTRA/);
+  });
+
+  test('the Lambda asset is the package and the contract beside it, without tests or caches, and stable', () => {
+    const assetOf = (t: Template) => {
+      const fns = Object.values(compactorFunctions(t));
+      const keys = new Set(fns.map((fn) => JSON.stringify(fn.Properties.Code.S3Key)));
+      expect(keys.size).toBe(1);
+      return [...keys][0];
+    };
+    expect(assetOf(synthTemplate())).toBe(assetOf(template));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lambda-asset-'));
+    try {
+      writeLambdaAsset(dir);
+      expect(fs.readdirSync(dir).sort()).toEqual(['compactor', 'contract']);
+      const files = (fs.readdirSync(dir, { recursive: true }) as string[]).map((f) => f.replace(/\\/g, '/'));
+      expect(files).toContain('compactor/handlers/prepare.py');
+      expect(files).toContain('contract/tasks.json');
+      expect(
+        files.filter((f) => /__pycache__|\.pyc$|(^|\/)tests?(\/|$)|test_|conftest|_cache/.test(f)),
+      ).toEqual([]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('the Powertools layer comes from the public SSM parameter, resolved at deploy', () => {
