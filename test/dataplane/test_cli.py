@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import stat
 import subprocess
@@ -13,10 +12,10 @@ import zipapp
 from collections.abc import Iterator
 from pathlib import Path
 
-import images
 import pytest
-from conftest import PROGRAM, Run, attached, blank_like, sparsecopy
-from sparsecopy import summary
+from conftest import PROGRAM, attached, blank_like, sparsecopy
+
+from devkit import disks as images
 
 pytestmark = pytest.mark.needs_root
 
@@ -295,171 +294,3 @@ def test_progress_goes_to_stderr_and_only_the_summary_to_stdout(
     final = [line for line in run.stderr.splitlines() if "copy: 100.0%" in line]
     assert final, run.stderr
     assert "/s, ETA " in final[-1] and " of " in final[-1]
-
-
-# --- summarize: the Command document's bounded standard output line ---------------------------
-
-
-def _copy_summary(digit: int, partitions: int, note: str) -> dict:
-    parts = [
-        {
-            "number": n + 1,
-            "start": (n + 1) << 20,
-            "size": 1 << 30,
-            "fs": "ntfs",
-            "method": ("raw", "allocated", "header", "odd")[n % 4],
-            "allocated_bytes": 1 << 30,
-            "fsck": "clean" if n % 2 else "not checked: ntfs has no checker",
-            **({"note": f"{n + 1}: {note}"} if note else {}),
-        }
-        for n in range(partitions)
-    ]
-    return {
-        "source_bytes_read": 1000 * digit + 7,
-        "target_bytes_written": 42 * digit,
-        "partitions": parts,
-        "verified": True,
-        "seconds": 12.3456,
-        "table": "gpt",
-        "outside_partitions_bytes": 1048576,
-    }
-
-
-def _summarize_files(tmp_path: Path, outputs: list[str], count: int | None = None) -> Run:
-    files = []
-    for i, text in enumerate(outputs):
-        files.append(tmp_path / f"stdout.{i}")
-        files[-1].write_text(text)
-    n = len(outputs) if count is None else count
-    return sparsecopy(
-        "summarize",
-        "--source-volume-ids",
-        ",".join(f"vol-{i:017x}" for i in range(n)),
-        "--target-volume-ids",
-        ",".join(f"vol-{i + 0x100:017x}" for i in range(n)),
-        *map(str, files),
-    )
-
-
-def test_summarize_10_volumes_of_128_partitions_with_long_notes_stays_under_24000(
-    tmp_path: Path,
-) -> None:
-    # notes with quotes, control characters and astral characters: 12 JSON characters each
-    note = 'dirty "NTFS"\t\U0001f4be volume, copied raw ' * 200
-    outputs = [
-        "a progress line\n" + json.dumps(_copy_summary(i, 128, note)) + "\n" for i in range(10)
-    ]
-    run = _summarize_files(tmp_path, outputs)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.count("\n") == 1
-    assert len(run.stdout) - 1 <= summary.LINE_BOUND < summary.STDOUT_LIMIT
-    assert run.stdout.isascii()
-    volumes = run.summary["volumes"]
-    assert len(volumes) == 10
-    for i, volume in enumerate(volumes):
-        assert len(summary.dumps(volume)) <= summary.VOLUME_BUDGET
-        # what report/build.py reads, by the pair's source volume id
-        assert volume["sourceVolumeId"] == f"vol-{i:017x}"
-        assert volume["targetVolumeId"] == f"vol-{i + 0x100:017x}"
-        assert volume["source_bytes_read"] == 1000 * i + 7
-        assert volume["target_bytes_written"] == 42 * i
-        assert volume["partition_count"] == 128
-        assert volume["methods"] == {"allocated": 32, "header": 32, "other": 32, "raw": 32}
-        assert volume["fsck"] == {"clean": 64, "not_checked": 64}
-        assert volume["note_count"] == 128
-        assert volume["seconds"] == 12.346 and volume["verified"] is True
-        assert 0 < len(volume["notes"]) < 128  # as many as fit, in partition order
-        for n, text in enumerate(volume["notes"]):
-            assert text.startswith(f"partition {n + 1} (ntfs, ")
-            assert text.endswith("...")
-            assert len(json.dumps(text)) - 2 <= summary.NOTE_BUDGET
-    # every partition's full details, notes uncut, are on stderr
-    for i in range(10):
-        head = f"summary of volume {i + 1}/10 vol-{i:017x} -> vol-{i + 0x100:017x}"
-        assert f"{head} partition 128: " in run.stderr
-        assert json.dumps(f"128: {note}") in run.stderr
-
-
-def test_summarize_fixed_fields_fit_the_volume_budget_at_their_largest() -> None:
-    """Everything but the notes is bounded by construction; the notes fill what is left."""
-    huge = 2**63 - 1
-    worst = {
-        "source_bytes_read": huge,
-        "target_bytes_written": huge,
-        "outside_partitions_bytes": huge,
-        "held_blocks": huge,
-        "held_blocks_read": huge,
-        "verified": True,
-        "seconds": 999_999_999.999,
-        "table": "x" * 10_000,
-        "partitions": [
-            {"method": m, "fsck": f, "note": "n" * 5000}
-            for m in ("allocated", "trim", "raw", "header", "odd" * 1000)
-            for f in ("clean", "not checked: " + "y" * 1000)
-        ]
-        * 100,
-    }
-    long_id = "vol-" + "f" * 10_000
-    without_notes = summary.volume_entry(long_id, long_id, {**worst, "partitions": []})
-    assert len(summary.dumps(without_notes)) < summary.VOLUME_BUDGET // 2
-    entry = summary.volume_entry(long_id, long_id, worst)
-    assert len(summary.dumps(entry)) > summary.VOLUME_BUDGET - summary.NOTE_BUDGET - 3
-    assert len(summary.dumps(entry)) <= summary.VOLUME_BUDGET
-    assert entry["partition_count"] == 1000 and entry["note_count"] == 1000
-    # values that are not what sparsecopy prints are dropped, not passed through at any length
-    odd = summary.volume_entry(
-        "vol-1", "vol-2", {"source_bytes_read": "9" * 5000, "seconds": 1e300}
-    )
-    assert odd["source_bytes_read"] is None and odd["seconds"] is None
-    assert summary.MAX_VOLUMES * summary.VOLUME_BUDGET + 23 == summary.LINE_BOUND < 24_000
-
-
-def test_summarize_clip_counts_json_escaped_characters() -> None:
-    assert summary.clip("short", 10) == "short"
-    for text in ('"\\' * 50, "\x00" * 50, "\U0001f4be" * 50, "é" * 50):
-        clipped = summary.clip(text, 40)
-        assert clipped.endswith("...")
-        assert 40 - 12 < len(json.dumps(clipped)) - 2 <= 40
-    line = summary.error_line("e\u2028" * 100_000, "vol-" + "0" * 1000)
-    assert len(line) <= summary.ERROR_LINE_BOUND
-    assert json.loads(line)["error"].endswith("...")
-
-
-def test_summarize_a_copy_without_a_json_summary_is_an_error_line_for_its_volume(
-    tmp_path: Path,
-) -> None:
-    good = json.dumps(_copy_summary(1, 2, ""))
-    run = _summarize_files(tmp_path, [good, "done\n" + "x" * 100_000])
-    assert run.returncode == 1
-    (line,) = run.stdout.splitlines()
-    assert len(line) <= summary.ERROR_LINE_BOUND
-    report = json.loads(line)
-    assert report["sourceVolumeId"] == f"vol-{1:017x}"
-    assert report["error"].startswith("sparsecopy copy printed no JSON summary")
-    assert run.error_line.startswith("sparsecopy: error: sparsecopy copy printed no JSON")
-
-
-def test_summarize_refuses_more_volumes_than_a_job_has(tmp_path: Path) -> None:
-    good = json.dumps(_copy_summary(1, 2, ""))
-    run = _summarize_files(tmp_path, [good] * 11)
-    assert run.returncode == 1
-    assert "a job has 1 to 10" in json.loads(run.stdout)["error"]
-    mismatch = _summarize_files(tmp_path, [good] * 2, count=3)
-    assert mismatch.returncode == 1
-    assert "they must match" in json.loads(mismatch.stdout)["error"]
-
-
-def test_summarize_of_a_real_copy_keeps_what_the_report_reads(source: Path, tmp_path: Path) -> None:
-    target = blank_like(source, tmp_path / "target.img")
-    with attached(source) as src, attached(target) as dst:
-        copied = sparsecopy("copy", src, dst, "--verify")
-    assert copied.returncode == 0, copied.stderr
-    run = _summarize_files(tmp_path, [copied.stdout])
-    assert run.returncode == 0, run.stderr
-    (volume,) = run.summary["volumes"]
-    full = copied.summary
-    for key in ("source_bytes_read", "target_bytes_written", "outside_partitions_bytes", "table"):
-        assert volume[key] == full[key]
-    assert volume["verified"] is True
-    assert volume["partition_count"] == len(full["partitions"]) == 3
-    assert sum(volume["methods"].values()) == 3
