@@ -20,9 +20,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chunks import Extent, complement, merge, shift, total
 from bench.disk import FILESYSTEMS, SECTOR, Layout, Part
 from bench.system import BenchError, Resources, run
+from devkit.chunks import Extent, complement, merge, shift, total
 
 GPT_SECTORS = 34  # protective MBR + header + 32 sectors of entries; the backup is 33 at the end
 

@@ -3,7 +3,7 @@ held / needed arithmetic the report prints.
 
 A snapshot of a volume holds the 512 KiB blocks that were ever written; on the bench's sparse
 image files that is every 512 KiB chunk that holds data (SEEK_DATA/SEEK_HOLE), the same rule
-as bench.chunks.written_chunks.
+as devkit.chunks.written_chunks.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.chunks import CHUNK, Extent, merge, total, written_chunks
+from devkit.chunks import CHUNK, Extent, merge, total, written_chunks
 
 GIB = 1 << 30
 

@@ -24,7 +24,6 @@ from typing import Any
 from bench import figure, report
 from bench.allocation import Allocation, allocation
 from bench.blocks import held_and_needed, write_block_list
-from bench.chunks import CHUNK, nonzero_chunks, written_chunks
 from bench.disk import EXTRA_DISKS, FILESYSTEMS, MIB, Disk, Layout, build
 from bench.methods import (
     BLOCKS,
@@ -40,6 +39,7 @@ from bench.report import Record
 from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_buffers
 from bench.throttle import throttled_reads
 from bench.verify import check_target
+from devkit.chunks import CHUNK, nonzero_chunks, written_chunks
 
 TOOLS = (
     "losetup",

@@ -1,17 +1,16 @@
-"""Commands, loop devices, mounts and kernel counters, with clean-up that survives failures.
-
-Other people attach loop devices on this machine at the same time, so the bench only ever
-detaches the devices it attached itself (never `losetup -D`).
-"""
+"""Commands, kernel counters, and the loop devices and mounts a bench run holds (devkit.loop,
+devkit.mounts), with clean-up that survives failures."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from devkit.loop import LoopDevices
+from devkit.mounts import mount, unmount
 
 
 class BenchError(Exception):
@@ -65,56 +64,11 @@ class IoCounters:
         )
 
 
-def serves(device: str, backing: Path, offset: int) -> bool:
-    """Is `device` (still) the loop device over `backing` at `offset`?"""
-    sysdir = Path("/sys/block") / Path(device).name / "loop"
-    try:
-        attached = (sysdir / "backing_file").read_text().strip()
-        at = int((sysdir / "offset").read_text().strip())
-    except (OSError, ValueError):
-        return False
-    return attached == str(backing.resolve()) and at == offset
-
-
-def fuse_daemons(mount_dir: Path) -> list[int]:
-    """Pids of ntfs-3g processes serving `mount_dir` (they outlive umount for a moment)."""
-    pids = []
-    wanted = str(mount_dir.resolve()).encode()  # mount(8) passes the absolute path
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"ntfs-3g" in args[0] and wanted in args:
-            pids.append(int(cmdline.parent.name))
-    return pids
-
-
-def absorb_stale_write_error(device: str) -> None:
-    """Consume a write error left unreported on this loop device number by an earlier user.
-
-    A block device's page cache outlives detaching: a write error someone else's I/O left on
-    /dev/loopN and that nobody fsync'ed is reported to the next file that opens loopN (a new
-    opener samples the error as unseen), e.g. to a loop device stacked on it, whose flushes then
-    fail with EIO. One fsync right after attaching marks it seen; what it returns is not ours.
-    """
-    try:
-        fd = os.open(device, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class Resources:
     """Loop devices and mounts this bench set up, released in reverse order by close()."""
 
     def __init__(self) -> None:
-        self._loops: dict[str, tuple[Path, int]] = {}  # device -> (backing file, offset)
+        self._loops = LoopDevices("this bench")
         self._mounts: list[Path] = []
 
     def attach(
@@ -132,59 +86,36 @@ class Resources:
         stacked on another passes each request straight through, with no second page cache
         and no second read-ahead in between.
         """
-        cmd = ["losetup", "--find", "--show", "--offset", str(offset)]
-        if size is not None:
-            cmd += ["--sizelimit", str(size)]
-        if read_only:
-            cmd.append("--read-only")
-        if direct_io:
-            cmd.append("--direct-io=on")
-        device = run([*cmd, str(backing)]).strip()
-        if not device.startswith("/dev/loop"):
-            raise BenchError(f"losetup printed {device!r} instead of a loop device for {backing}")
-        self._loops[device] = (backing, offset)
-        absorb_stale_write_error(device)
-        return device
+        try:
+            return self._loops.attach(
+                backing, offset, size, read_only=read_only, direct_io=direct_io
+            )
+        except RuntimeError as err:
+            raise BenchError(str(err)) from err
 
     def detach(self, device: str) -> None:
-        if device not in self._loops:
-            raise BenchError(f"refusing to detach {device}: this bench did not attach it")
-        backing, offset = self._loops[device]
-        # A device that is still open elsewhere (udev, a daemon that outlives umount) is only
-        # marked for auto-clear, so wait until it no longer serves our file. Never retry
-        # blindly: once freed, the same name may already be another user's new device.
-        for attempt in range(20):
-            subprocess.run(["losetup", "--detach", device], capture_output=True, check=False)
-            if not serves(device, backing, offset):
-                del self._loops[device]
-                return
-            time.sleep(0.1 * (attempt + 1))
-        raise BenchError(f"{device} still serves {backing}: detach it with losetup -d {device}")
+        try:
+            self._loops.detach(device)
+        except (RuntimeError, ValueError) as err:
+            raise BenchError(str(err)) from err
 
     def mount(self, device: str, target: Path, fs: str, options: Sequence[str] = ()) -> Path:
         target.mkdir(parents=True, exist_ok=True)
-        fstype = "ntfs-3g" if fs == "ntfs" else fs
-        opts = ["-o", ",".join(options)] if options else []
-        run(["mount", "-t", fstype, *opts, device, str(target)])
+        try:
+            mount(device, target, fs, ",".join(options))
+        except RuntimeError as err:
+            raise BenchError(str(err)) from err
         self._mounts.append(target)
         return target
 
     def umount(self, target: Path) -> None:
-        daemons = fuse_daemons(target)
-        for attempt in range(10):
-            proc = subprocess.run(["umount", str(target)], capture_output=True, text=True)
-            if proc.returncode == 0:
-                break
-            if attempt == 9:
-                raise BenchError(f"could not unmount {target}: {proc.stderr.strip()}")
-            time.sleep(0.5)
+        try:
+            unmount(target)
+        except RuntimeError as err:
+            if not target.is_mount():  # unmounted, but ntfs-3g did not exit
+                self._mounts.remove(target)
+            raise BenchError(str(err)) from err
         self._mounts.remove(target)
-        # ntfs-3g finishes writing and closes the device after umount returns.
-        for _ in range(100):
-            if not any(Path(f"/proc/{pid}").exists() for pid in daemons):
-                return
-            time.sleep(0.1)
-        raise BenchError(f"ntfs-3g for {target} did not exit within 10 s of umount")
 
     def close(self) -> list[str]:
         """Release everything still held; return one message per thing that would not go."""
@@ -197,9 +128,4 @@ class Resources:
                 if target in self._mounts:
                     subprocess.run(["umount", "--lazy", str(target)], capture_output=True)
                     self._mounts.remove(target)
-        for device in reversed(list(self._loops)):
-            try:
-                self.detach(device)
-            except BenchError as err:
-                problems.append(str(err))
-        return problems
+        return problems + self._loops.detach_all()

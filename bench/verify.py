@@ -9,9 +9,9 @@ from pathlib import Path
 
 from bench.allocation import Allocation
 from bench.blocks import intersect
-from bench.chunks import Extent, complement, data_extents, merge, split_by_chunk
 from bench.disk import DELETED, Disk, Part
 from bench.system import BenchError, Resources
+from devkit.chunks import Extent, complement, data_extents, merge, split_by_chunk
 
 FSCK = {
     "ext4": ["e2fsck", "-f", "-n"],

@@ -3,9 +3,10 @@
 # (pyproject.toml); mypy 2.x cannot target 3.9 any more, so it checks it as 3.10, vermin checks that
 # no standard-library name newer than 3.9 is used, and a test parses every module with the 3.9
 # grammar (test/dataplane/test_units.py).
+include mk/devkit.mk
 .PHONY: lint-dataplane test-dataplane
 DATAPLANE_PATHS := ssm-documents/sparsecopy test/dataplane
-lint-dataplane: setup
+lint-dataplane: setup lint-devkit
 	$(VENV)/bin/ruff check $(DATAPLANE_PATHS)
 	$(VENV)/bin/ruff format --check $(DATAPLANE_PATHS)
 	$(VENV)/bin/mypy --python-version 3.10 --strict ssm-documents/sparsecopy
@@ -13,5 +14,5 @@ lint-dataplane: setup
 	MYPYPATH=ssm-documents $(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports \
 	  --check-untyped-defs test/dataplane
 # Real filesystems on loop devices: needs root (as in CI).
-test-dataplane: setup
+test-dataplane: setup test-devkit
 	$(PY) -m pytest test/dataplane -q

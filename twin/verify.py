@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .disks import images
+from devkit import disks as img
+
 from .emulator.blockstore import sparse_copy
 
 FILE_SYSTEMS = ("ext4", "xfs", "ntfs", "vfat", "btrfs")
@@ -24,7 +25,6 @@ class Verification:
 
 def verify(source: Any, result_image: Path, workdir: Path) -> Verification:
     """source: the builder's DiskImage; result_image: the new snapshot's image file."""
-    img = images()
     workdir.mkdir(parents=True, exist_ok=True)
     out = Verification()
     reference = img.recovered_copy(source, workdir / "reference.img")

@@ -12,7 +12,7 @@ from bench.blocks import (
     read_limit,
     write_block_list,
 )
-from bench.chunks import CHUNK
+from devkit.chunks import CHUNK
 
 MIB = 1 << 20
 

@@ -1,12 +1,11 @@
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from bench.system import BenchError, IoCounters, Resources, fuse_daemons, serves
+from bench.system import BenchError, IoCounters, Resources
 from bench.throttle import BLKIO, throttled_reads
+from devkit.loop import serves
 
 needs_root_and_blkio = pytest.mark.skipif(
     os.geteuid() != 0 or not (BLKIO / "blkio.throttle.read_bps_device").exists(),
@@ -49,33 +48,6 @@ def test_throttle_caps_the_device_inside_and_cleans_up_after(tmp_path: Path) -> 
         assert "ebs-bench" not in Path("/proc/self/cgroup").read_text()
     finally:
         assert res.close() == []
-
-
-def test_fuse_daemons_finds_the_ntfs3g_process_of_a_mount_point(tmp_path: Path) -> None:
-    mount_dir = tmp_path / "mnt"
-    mount_dir.mkdir()
-    # a shell named like the daemon, with the mount point among its arguments (as $0)
-    fake = subprocess.Popen(
-        ["/sbin/mount.ntfs-3g", "-c", "sleep 60; :", str(mount_dir)], executable="/bin/sh"
-    )
-    cmdline = Path(f"/proc/{fake.pid}/cmdline")
-    try:
-        # Popen returns mid-exec; the new argument list shows up a moment later.
-        for _ in range(200):
-            if cmdline.read_bytes():
-                break
-            time.sleep(0.01)
-        # the shell forks a child for sleep, which has the same arguments until it execs
-        for _ in range(200):
-            if fuse_daemons(mount_dir) == [fake.pid]:
-                break
-            time.sleep(0.01)
-        assert fuse_daemons(mount_dir) == [fake.pid]
-        assert fuse_daemons(tmp_path) == []
-    finally:
-        fake.kill()
-        fake.wait()
-    assert fuse_daemons(mount_dir) == []
 
 
 @needs_root_and_blkio

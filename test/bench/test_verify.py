@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from bench.chunks import CHUNK
 from bench.disk import MIB, Part
 from bench.verify import byte_differences, outside_filesystems
+from devkit.chunks import CHUNK
 
 
 def test_outside_filesystems_keeps_tables_gaps_and_other_partitions() -> None:

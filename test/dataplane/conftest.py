@@ -13,15 +13,12 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-PROGRAM = REPO / "ssm-documents" / "sparsecopy"
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "ssm-documents"))
-if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))  # images.py counts chunks with bench/chunks.py
+from devkit import disks
 
-import images  # noqa: E402
+# pytest's `pythonpath` (pyproject.toml) puts the repository root (devkit) and ssm-documents
+# (sparsecopy) on sys.path.
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = REPO / "ssm-documents" / "sparsecopy"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,20 +67,22 @@ def sparsecopy(*args: str, program: Path = PROGRAM, env: dict[str, str] | None =
 @contextlib.contextmanager
 def attached(path: Path) -> Iterator[str]:
     """The whole image as one loop device (what an attached EBS volume looks like)."""
-    with images.loop_device(path) as device:
+    with disks.loop_device(path) as device:
         yield device
 
 
 def blank_like(path: Path, dest: Path) -> Path:
     """A never-written target file of the same size."""
-    images.create_sparse(dest, path.stat().st_size)
+    disks.create_sparse(dest, path.stat().st_size)
     return dest
 
 
-def working_copy(disk: images.DiskImage, dest: Path) -> images.DiskImage:
+def working_copy(disk: disks.DiskImage, dest: Path) -> disks.DiskImage:
     """A private copy of a source image (copying replays journals on the source)."""
-    images.run("cp", "--sparse=always", str(disk.path), str(dest))
-    return images.DiskImage(dest, disk.size, disk.table, list(disk.partitions), disk.files)
+    disks.run("cp", "--sparse=always", str(disk.path), str(dest))
+    copy = disk.copy_at(dest)
+    copy.files = disk.files
+    return copy
 
 
 @pytest.fixture

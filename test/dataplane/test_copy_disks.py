@@ -14,24 +14,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import images
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
 
+from devkit import disks
+
 pytestmark = pytest.mark.needs_root
 
-BUILDERS: dict[str, Callable[[Path], images.DiskImage]] = {
-    "gpt-bios-efi-ext4": images.build_gpt_efi_ext4,
-    "gpt-xfs": images.build_gpt_xfs,
-    "gpt-xfs-crashed": functools.partial(images.build_gpt_xfs, crash=True),
-    "mbr-two-ntfs": images.build_mbr_ntfs,
-    "mbr-logical-ext4": images.build_mbr_logical,
-    "bare-ext4": images.build_bare_ext4,
-    "bare-ext4-crashed": functools.partial(images.build_bare_ext4, crash=True),
-    "ext4-swap": images.build_ext4_swap,
-    "btrfs": images.build_btrfs,
-    "empty": images.build_empty,
-    "random-bytes": images.build_random_partition,
+BUILDERS: dict[str, Callable[[Path], disks.DiskImage]] = {
+    "gpt-bios-efi-ext4": disks.build_gpt_efi_ext4,
+    "gpt-xfs": disks.build_gpt_xfs,
+    "gpt-xfs-crashed": functools.partial(disks.build_gpt_xfs, crash=True),
+    "mbr-two-ntfs": disks.build_mbr_ntfs,
+    "mbr-logical-ext4": disks.build_mbr_logical,
+    "bare-ext4": disks.build_bare_ext4,
+    "bare-ext4-crashed": functools.partial(disks.build_bare_ext4, crash=True),
+    "ext4-swap": disks.build_ext4_swap,
+    "btrfs": disks.build_btrfs,
+    "empty": disks.build_empty,
+    "random-bytes": disks.build_random_partition,
 }
 
 FILESYSTEMS = ("ext4", "xfs", "btrfs", "ntfs", "vfat")
@@ -41,8 +42,8 @@ EXPECTED_FS = {"none": "unknown", "empty": "unknown"}
 @dataclass
 class Case:
     name: str
-    source: images.DiskImage  # pristine: never copied from, so every test starts dirty
-    reference: images.DiskImage  # the source after its own recovery
+    source: disks.DiskImage  # pristine: never copied from, so every test starts dirty
+    reference: disks.DiskImage  # the source after its own recovery
     reference_hashes: dict[int, dict[str, str]]
     seed_chunks: int  # written chunks of the seed method on the same image
 
@@ -51,19 +52,19 @@ class Case:
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
     work = tmp_path_factory.mktemp(request.param)
     source = BUILDERS[request.param](work / "source.img")
-    reference = images.recovered_copy(source, work / "reference.img")
+    reference = disks.recovered_copy(source, work / "reference.img")
     hashes = {
-        p.number: images.file_hashes(reference, p.number)
+        p.number: disks.file_hashes(reference, p.number)
         for p in reference.partitions
         if p.fs in FILESYSTEMS
     }
-    seed = images.seed_method_image(source, work / "seed.img")
-    seed_chunks = len(images.nonzero_chunks(seed))
+    seed = disks.seed_method_image(source, work / "seed.img")
+    seed_chunks = len(disks.nonzero_chunks(seed))
     seed.unlink()
     return Case(request.param, source, reference, hashes, seed_chunks)
 
 
-def _copy(case: Case, tmp_path: Path, method: str) -> tuple[dict, images.DiskImage]:
+def _copy(case: Case, tmp_path: Path, method: str) -> tuple[dict, disks.DiskImage]:
     source = working_copy(case.source, tmp_path / "source.img")
     target_path = blank_like(source.path, tmp_path / "target.img")
     with attached(source.path) as src, attached(target_path) as dst:
@@ -80,7 +81,7 @@ def _copy(case: Case, tmp_path: Path, method: str) -> tuple[dict, images.DiskIma
             str(tmp_path),
         )
     assert run.returncode == 0, run.stderr
-    target = images.DiskImage(target_path, source.size, source.table, list(source.partitions))
+    target = source.copy_at(target_path)
     return run.summary, target
 
 
@@ -98,36 +99,36 @@ def test_copy(case: Case, tmp_path: Path, method: str, no_leaks: None) -> None:
 
     # Partition table, GPT backup, EBRs and boot-loader gaps: byte for byte.
     if case.source.table != "none":
-        assert images.partition_table(target.path) == images.partition_table(case.source.path)
+        assert disks.partition_table(target.path) == disks.partition_table(case.source.path)
     covered = sorted((p.start, p.start + p.size) for p in copied)
     pos = 0
     for start, end in [*covered, (case.source.size, case.source.size)]:
         if start > pos:
-            assert images.same_bytes(case.reference.path, target.path, pos, start - pos)
+            assert disks.same_bytes(case.reference.path, target.path, pos, start - pos)
         pos = max(pos, end)
 
     for part in copied:
         if part.fs in FILESYSTEMS:
-            got = images.file_hashes(target, part.number)
+            got = disks.file_hashes(target, part.number)
             assert got == case.reference_hashes[part.number], f"partition {part.number}"
             # The files the builder wrote (and fsync'ed, also before a crash) are all there.
             for path, digest in case.source.files.get(part.number, {}).items():
                 assert got.get(path) == digest, f"partition {part.number}: {path}"
-            images.fsck_clean(target, part.number)
+            disks.fsck_clean(target, part.number)
         elif part.fs == "none":
-            assert images.same_bytes(case.source.path, target.path, part.start, part.size)
+            assert disks.same_bytes(case.source.path, target.path, part.start, part.size)
         elif part.fs == "swap":
             page = 4096
-            assert images.same_bytes(case.source.path, target.path, part.start, page)
+            assert disks.same_bytes(case.source.path, target.path, part.start, page)
             stale = [
                 c
-                for c in images.data_chunks(target.path)
-                if part.start + page <= c * images.CHUNK
-                and (c + 1) * images.CHUNK <= part.start + part.size
+                for c in disks.data_chunks(target.path)
+                if part.start + page <= c * disks.CHUNK
+                and (c + 1) * disks.CHUNK <= part.start + part.size
             ]
             assert not stale, "stale swap pages were copied"
 
-    chunks = images.written_chunks(target.path)
+    chunks = disks.written_chunks(target.path)
     assert chunks <= case.seed_chunks, (
         f"{method} wrote {chunks} chunks, the seed method {case.seed_chunks}"
     )
@@ -145,35 +146,35 @@ def test_copy(case: Case, tmp_path: Path, method: str, no_leaks: None) -> None:
 
 def test_gpt_on_a_4k_sector_disk(tmp_path: Path) -> None:
     """Disks with 4096-byte logical sectors: GPT header at byte 4096, LBAs of 4 KiB."""
-    size = 96 * images.MIB
+    size = 96 * disks.MIB
     source_path, target_path = tmp_path / "source.img", tmp_path / "target.img"
-    images.create_sparse(source_path, size)
-    with images.loop_device(source_path, sector_size=4096) as device:
-        images.run("sgdisk", "--clear", "--new=1:256:+64M", "--typecode=1:8300", device)
-    source = images.DiskImage(
-        source_path, size, "gpt", [images.Partition(1, images.MIB, 64 * images.MIB, "ext4")]
+    disks.create_sparse(source_path, size)
+    with disks.loop_device(source_path, sector_size=4096) as device:
+        disks.run("sgdisk", "--clear", "--new=1:256:+64M", "--typecode=1:8300", device)
+    source = disks.DiskImage(
+        source_path, size, "gpt", [disks.Partition(1, disks.MIB, 64 * disks.MIB, "ext4")]
     )
-    images.mkfs(source, 1)
-    with images.partition_mount(source, 1) as mnt:
-        source.files[1] = images.fill_dirty(
-            mnt, seed=12, files=4, file_size=4 * images.MIB, delete=(1, 3)
+    disks.mkfs(source, 1)
+    with disks.partition_mount(source, 1) as mnt:
+        source.files[1] = disks.fill_dirty(
+            mnt, seed=12, files=4, file_size=4 * disks.MIB, delete=(1, 3)
         )
-    images.create_sparse(target_path, size)
+    disks.create_sparse(target_path, size)
     with (
-        images.loop_device(source_path, sector_size=4096) as src,
-        images.loop_device(target_path, sector_size=4096) as dst,
+        disks.loop_device(source_path, sector_size=4096) as src,
+        disks.loop_device(target_path, sector_size=4096) as dst,
     ):
         run = sparsecopy("copy", src, dst, "--verify")
         assert run.returncode == 0, run.stderr
-        tables = [images.run("sfdisk", "--dump", dev).replace(dev, "DISK") for dev in (src, dst)]
+        tables = [disks.run("sfdisk", "--dump", dev).replace(dev, "DISK") for dev in (src, dst)]
     assert tables[0] == tables[1]
     (part,) = run.summary["partitions"]
     assert (part["start"], part["size"], part["method"]) == (
-        images.MIB,
-        64 * images.MIB,
+        disks.MIB,
+        64 * disks.MIB,
         "allocated",
     )
-    target = images.DiskImage(target_path, size, "gpt", source.partitions)
-    assert images.file_hashes(target, 1) == source.files[1]
-    for start, end in ((0, images.MIB), (65 * images.MIB, size)):  # both GPT copies
-        assert images.same_bytes(source_path, target_path, start, end - start)
+    target = disks.DiskImage(target_path, size, "gpt", source.partitions)
+    assert disks.file_hashes(target, 1) == source.files[1]
+    for start, end in ((0, disks.MIB), (65 * disks.MIB, size)):  # both GPT copies
+        assert disks.same_bytes(source_path, target_path, start, end - start)

@@ -1,6 +1,6 @@
 """ext4 inode-table blocks no inode can occupy are not copied (as ``e2image -ra`` leaves them).
 
-The disks hold stale non-zero bytes there (images.build_stale_inode_tables): the whole table of
+The disks hold stale non-zero bytes there (disks.build_stale_inode_tables): the whole table of
 each group flagged INODE_UNINIT and the tail past the last inode a group may have used. With
 valid group descriptor checksums the copy leaves them out, writes no more 512 KiB chunks than
 e2image -ra or the trim method, checks clean and mounts read-write; without checksums, or with a
@@ -14,24 +14,25 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import images
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
 from sparsecopy import fs_ext
 
+from devkit import chunks, disks
+
 pytestmark = pytest.mark.needs_root
 
-chunk_set = images.chunk_map.chunk_set
+chunk_set = chunks.chunk_set
 
 
 @dataclass
 class Stale:
-    disk: images.DiskImage
+    disk: disks.DiskImage
     stale: set[int]  # chunks holding stale bytes in inode-table blocks no inode can occupy
 
 
-def _stale(disk: images.DiskImage) -> Stale:
-    chunks = chunk_set(images.stale_inode_table_ranges(disk, 1))
+def _stale(disk: disks.DiskImage) -> Stale:
+    chunks = chunk_set(disks.stale_inode_table_ranges(disk, 1))
     assert chunks, "the builder left no stale inode-table bytes: these tests would prove nothing"
     return Stale(disk, chunks)
 
@@ -39,24 +40,24 @@ def _stale(disk: images.DiskImage) -> Stale:
 @pytest.fixture(scope="module")
 def with_csum(tmp_path_factory: pytest.TempPathFactory) -> Stale:
     work = tmp_path_factory.mktemp("stale-csum")
-    return _stale(images.build_stale_inode_tables(work / "source.img"))
+    return _stale(disks.build_stale_inode_tables(work / "source.img"))
 
 
 @pytest.fixture(scope="module")
 def without_csum(tmp_path_factory: pytest.TempPathFactory) -> Stale:
     work = tmp_path_factory.mktemp("stale-nocsum")
-    return _stale(images.build_stale_inode_tables(work / "source.img", checksums=False))
+    return _stale(disks.build_stale_inode_tables(work / "source.img", checksums=False))
 
 
-def _copy(source: images.DiskImage, tmp_path: Path) -> tuple[dict, images.DiskImage]:
+def _copy(source: disks.DiskImage, tmp_path: Path) -> tuple[dict, disks.DiskImage]:
     target = blank_like(source.path, tmp_path / "target.img")
     with attached(source.path) as src, attached(target) as dst:
         run = sparsecopy("copy", src, dst, "--verify", "--jobs", "4", "--scratch", str(tmp_path))
     assert run.returncode == 0, run.stderr
-    return run.summary, images.DiskImage(target, source.size, source.table, source.partitions)
+    return run.summary, source.copy_at(target)
 
 
-def _outside_chunks(disk: images.DiskImage) -> set[int]:
+def _outside_chunks(disk: disks.DiskImage) -> set[int]:
     """Chunks touching bytes outside the partitions (the GPT and its backup)."""
     part = disk.partition(1)
     return chunk_set(
@@ -64,12 +65,12 @@ def _outside_chunks(disk: images.DiskImage) -> set[int]:
     )
 
 
-def _backup_chunks(disk: images.DiskImage) -> set[int]:
+def _backup_chunks(disk: disks.DiskImage) -> set[int]:
     """Chunks holding backup superblocks and group descriptors (and reserved GDT blocks):
     allocated in the bitmaps, kept by sparsecopy, left out by e2image -ra."""
     part = disk.partition(1)
-    with images.partition_loop(disk, 1, read_only=True) as device:
-        text = images.run("dumpe2fs", device)
+    with disks.partition_loop(disk, 1, read_only=True) as device:
+        text = disks.run("dumpe2fs", device)
     block = int(re.search(r"^Block size:\s+(\d+)", text, re.M).group(1))  # type: ignore[union-attr]
     ranges = []
     for line in re.findall(r"^\s+(?:Backup superblock at|Reserved GDT blocks at) .*$", text, re.M):
@@ -79,14 +80,14 @@ def _backup_chunks(disk: images.DiskImage) -> set[int]:
     return chunk_set(ranges)
 
 
-def _e2image_chunks(disk: images.DiskImage, dest: Path) -> set[int]:
+def _e2image_chunks(disk: disks.DiskImage, dest: Path) -> set[int]:
     """Chunks ``e2image -ra`` writes for partition 1. It skips zero blocks only into a file it
     creates itself, and copies every inode-table block onto a block device, so: a new file."""
     part = disk.partition(1)
     assert not dest.exists()
-    with images.partition_loop(disk, 1, read_only=True) as device:
-        images.run("e2image", "-ra", "-O", str(part.start), device, str(dest))
-    return images.data_chunks(dest)
+    with disks.partition_loop(disk, 1, read_only=True) as device:
+        disks.run("e2image", "-ra", "-O", str(part.start), device, str(dest))
+    return disks.data_chunks(dest)
 
 
 def test_stale_inode_tables_are_not_copied(
@@ -95,7 +96,7 @@ def test_stale_inode_tables_are_not_copied(
     disk = with_csum.disk
     summary, target = _copy(disk, tmp_path)
     assert summary["partitions"][0]["method"] == "allocated"
-    written = images.data_chunks(target.path)
+    written = disks.data_chunks(target.path)
     e2image = _e2image_chunks(disk, tmp_path / "e2image.img")
     dropped = with_csum.stale - e2image
     assert dropped, "e2image -ra kept every stale chunk: the disk does not exercise the rule"
@@ -104,8 +105,8 @@ def test_stale_inode_tables_are_not_copied(
     # superblocks/descriptors (e2image -ra copies the primary ones only).
     extra = written - e2image - _outside_chunks(disk) - _backup_chunks(disk)
     assert not extra, f"chunks e2image -ra does not write: {sorted(extra)}"
-    seed = images.seed_method_image(disk, tmp_path / "seed.img")
-    assert len(written) <= len(images.nonzero_chunks(seed))
+    seed = disks.seed_method_image(disk, tmp_path / "seed.img")
+    assert len(written) <= len(disks.nonzero_chunks(seed))
 
 
 def test_copy_checks_clean_and_mounts_read_write(
@@ -113,19 +114,19 @@ def test_copy_checks_clean_and_mounts_read_write(
 ) -> None:
     disk = with_csum.disk
     _summary, target = _copy(disk, tmp_path)
-    images.fsck_clean(target, 1)
-    assert images.file_hashes(target, 1) == disk.files[1]
+    disks.fsck_clean(target, 1)
+    assert disks.file_hashes(target, 1) == disk.files[1]
     # The blocks left out read as zeros on the target.
     with open(target.path, "rb") as f:
-        for start, length in images.stale_inode_table_ranges(disk, 1):
+        for start, length in disks.stale_inode_table_ranges(disk, 1):
             f.seek(start)
             assert f.read(length) == bytes(length)
-    with images.partition_mount(target, 1) as mnt:
+    with disks.partition_mount(target, 1) as mnt:
         (mnt / "after-copy.bin").write_bytes(b"x" * 100_000)
         for i in range(200):  # new inodes: the kernel uses the tables the copy left out
             (mnt / f"inode-{i}").write_text(str(i))
-    images.fsck_clean(target, 1)
-    hashes = images.file_hashes(target, 1)
+    disks.fsck_clean(target, 1)
+    hashes = disks.file_hashes(target, 1)
     assert {k: hashes[k] for k in disk.files[1]} == disk.files[1]
 
 
@@ -133,36 +134,36 @@ def test_without_group_checksums_every_table_block_is_copied(
     without_csum: Stale, tmp_path: Path, no_leaks: None
 ) -> None:
     disk = without_csum.disk
-    with images.partition_loop(disk, 1, read_only=True) as device:
-        features = images.run("dumpe2fs", "-h", device)
+    with disks.partition_loop(disk, 1, read_only=True) as device:
+        features = disks.run("dumpe2fs", "-h", device)
     assert "metadata_csum" not in features and "uninit_bg" not in features
     summary, target = _copy(disk, tmp_path)
     assert summary["partitions"][0]["method"] == "allocated"
-    written = images.data_chunks(target.path)
+    written = disks.data_chunks(target.path)
     assert without_csum.stale <= written, sorted(without_csum.stale - written)
-    images.fsck_clean(target, 1)
-    assert images.file_hashes(target, 1) == disk.files[1]
+    disks.fsck_clean(target, 1)
+    assert disks.file_hashes(target, 1) == disk.files[1]
 
 
 def test_invalid_group_checksum_copies_every_table_block(
     with_csum: Stale, tmp_path: Path, no_leaks: None
 ) -> None:
     source = working_copy(with_csum.disk, tmp_path / "source.img")
-    with images.partition_loop(source, 1) as device:
-        _geometry, groups = images.inode_table_groups(device)
+    with disks.partition_loop(source, 1) as device:
+        _geometry, groups = disks.inode_table_groups(device)
         group = next(g for g in groups if "INODE_UNINIT" in g.flags)
-        images.run("debugfs", "-w", "-R", f"set_bg {group.number} checksum 0x1234", device)
+        disks.run("debugfs", "-w", "-R", f"set_bg {group.number} checksum 0x1234", device)
         proc = subprocess.run(["e2fsck", "-fn", device], capture_output=True, text=True)
     assert "checksum" in proc.stdout.lower(), proc.stdout  # e2fsck sees it too
     summary, target = _copy(source, tmp_path)
     assert summary["partitions"][0]["method"] == "raw", summary
-    written = images.data_chunks(target.path)
+    written = disks.data_chunks(target.path)
     assert with_csum.stale <= written, sorted(with_csum.stale - written)
 
 
 def _group_ranges(text: str, number: int, block: int) -> set[tuple[int, int]]:
     """What fs_ext may free in one group, read independently: the bitmaps its flags leave
-    uninitialised (the inode-table part comes from images.unused_inode_table_blocks)."""
+    uninitialised (the inode-table part comes from disks.unused_inode_table_blocks)."""
     section = text.split(f"\nGroup {number}: ", 1)[1].split("\nGroup ", 1)[0]
     flags = section.split("\n", 1)[0]
     out = set()
@@ -174,10 +175,10 @@ def _group_ranges(text: str, number: int, block: int) -> set[tuple[int, int]]:
 
 
 def test_dumpe2fs_parse_honours_features_and_group_checksums(with_csum: Stale) -> None:
-    with images.partition_loop(with_csum.disk, 1, read_only=True) as device:
-        text = images.run("dumpe2fs", device)
-        tables = images.unused_inode_table_blocks(device)
-        _geometry, groups = images.inode_table_groups(device)
+    with disks.partition_loop(with_csum.disk, 1, read_only=True) as device:
+        text = disks.run("dumpe2fs", device)
+        tables = disks.unused_inode_table_blocks(device)
+        _geometry, groups = disks.inode_table_groups(device)
     block = int(re.search(r"^Block size:\s+(\d+)", text, re.M).group(1))  # type: ignore[union-attr]
     found = fs_ext.unread_group_metadata(text)
     bitmaps = set().union(*(_group_ranges(text, g.number, block) for g in groups))

@@ -8,18 +8,19 @@ import re
 import subprocess
 from pathlib import Path
 
-import images
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
+
+from devkit import disks
 
 pytestmark = pytest.mark.needs_root
 
 
-def _ext_free_blocks(path: Path, part: images.Partition) -> int | None:
+def _ext_free_blocks(path: Path, part: disks.Partition) -> int | None:
     """Free blocks according to the block bitmaps (dumpe2fs reads them, no replay); None when
     dumpe2fs rejects them (before replay a bitmap and its checksum may be from different
     moments)."""
-    with images.loop_device(path, part.start, part.size, read_only=True) as device:
+    with disks.loop_device(path, part.start, part.size, read_only=True) as device:
         proc = subprocess.run(["dumpe2fs", device], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         assert "checksum does not match" in proc.stderr, proc.stderr
@@ -33,26 +34,26 @@ def _ext_free_blocks(path: Path, part: images.Partition) -> int | None:
     return free
 
 
-def _xfs_free_blocks(path: Path, part: images.Partition) -> int:
-    with images.loop_device(path, part.start, part.size, read_only=True) as device:
-        out = images.run("xfs_db", "-r", "-c", "freesp -s", device)
+def _xfs_free_blocks(path: Path, part: disks.Partition) -> int:
+    with disks.loop_device(path, part.start, part.size, read_only=True) as device:
+        out = disks.run("xfs_db", "-r", "-c", "freesp -s", device)
     return int(re.search(r"total free blocks (\d+)", out).group(1))  # type: ignore[union-attr]
 
 
-def _copy(source: images.DiskImage, tmp_path: Path) -> tuple[dict, images.DiskImage]:
+def _copy(source: disks.DiskImage, tmp_path: Path) -> tuple[dict, disks.DiskImage]:
     work = working_copy(source, tmp_path / "work.img")
     target = blank_like(work.path, tmp_path / "target.img")
     with attached(work.path) as src, attached(target) as dst:
         run = sparsecopy("copy", src, dst, "--verify")
     assert run.returncode == 0, run.stderr
-    return run.summary, images.DiskImage(target, source.size, source.table, source.partitions)
+    return run.summary, source.copy_at(target)
 
 
 @pytest.mark.parametrize(
     ("builder", "number", "free_blocks"),
     [
-        (images.build_bare_ext4, 1, _ext_free_blocks),
-        (images.build_gpt_xfs, 3, _xfs_free_blocks),
+        (disks.build_bare_ext4, 1, _ext_free_blocks),
+        (disks.build_gpt_xfs, 3, _xfs_free_blocks),
     ],
     ids=["ext4", "xfs"],
 )
@@ -60,7 +61,7 @@ def test_crashed_source_is_replayed_before_its_map_is_read(
     tmp_path: Path, builder, number: int, free_blocks
 ) -> None:
     source = builder(tmp_path / "source.img", crash=True)
-    reference = images.recovered_copy(source, tmp_path / "reference.img")
+    reference = disks.recovered_copy(source, tmp_path / "reference.img")
     part = source.partition(number)
     # Precondition: before replay the map calls blocks free that hold the late files.
     stale, replayed = free_blocks(source.path, part), free_blocks(reference.path, part)
@@ -68,17 +69,17 @@ def test_crashed_source_is_replayed_before_its_map_is_read(
 
     summary, target = _copy(source, tmp_path)
     assert summary["partitions"][-1]["method"] == "allocated"
-    got = images.file_hashes(target, number)
-    assert got == images.file_hashes(reference, number)
+    got = disks.file_hashes(target, number)
+    assert got == disks.file_hashes(reference, number)
     late = {k: v for k, v in source.files[number].items() if k.startswith("crash/")}
     assert late and all(got[k] == v for k, v in late.items())
-    images.fsck_clean(target, number)
+    disks.fsck_clean(target, number)
 
 
 def test_unclean_ext2_is_copied_raw(tmp_path: Path) -> None:
     """No journal to replay: the bitmaps cannot be trusted, every non-zero block is copied."""
-    source = images.build_bare_ext2_crashed(tmp_path / "source.img")
-    reference = images.recovered_copy(source, tmp_path / "reference.img")
+    source = disks.build_bare_ext2_crashed(tmp_path / "source.img")
+    reference = disks.recovered_copy(source, tmp_path / "reference.img")
     with attached(source.path) as src:
         planned = sparsecopy("inspect", src)
     assert [p["method"] for p in planned.summary["partitions"]] == ["raw"]
@@ -86,30 +87,30 @@ def test_unclean_ext2_is_copied_raw(tmp_path: Path) -> None:
     (part,) = summary["partitions"]
     assert part["method"] == "raw"
     assert "not clean" in part["note"]
-    got = images.file_hashes(target, 1)
-    assert got == images.file_hashes(reference, 1)
+    got = disks.file_hashes(target, 1)
+    assert got == disks.file_hashes(reference, 1)
     assert all(got[k] == v for k, v in source.files[1].items())
-    assert images.same_bytes(source.path, target.path, 0, source.size)
+    assert disks.same_bytes(source.path, target.path, 0, source.size)
 
 
 def test_dirty_ntfs_is_copied_raw_and_the_clean_one_by_map(tmp_path: Path) -> None:
-    source = images.build_mbr_ntfs(tmp_path / "source.img")
-    images.ntfs_set_dirty(source, 2)
+    source = disks.build_mbr_ntfs(tmp_path / "source.img")
+    disks.ntfs_set_dirty(source, 2)
     summary, target = _copy(source, tmp_path)
     first, second = summary["partitions"]
     assert (first["method"], second["method"]) == ("allocated", "raw")
     assert "dirty" in second["note"]
-    assert images.same_bytes(
+    assert disks.same_bytes(
         source.path, target.path, source.partition(2).start, source.partition(2).size
     )
     for number in (1, 2):
-        assert images.file_hashes(target, number) == images.file_hashes(source, number)
+        assert disks.file_hashes(target, number) == disks.file_hashes(source, number)
 
 
 def test_ext_superblock_the_tools_reject_is_copied_raw(tmp_path: Path) -> None:
     """dumpe2fs refusing the filesystem (corrupt, or features newer than the instance's
     e2fsprogs) must not fail the copy or drop data: the partition is copied byte for byte."""
-    source = images.build_bare_ext4(tmp_path / "source.img")
+    source = disks.build_bare_ext4(tmp_path / "source.img")
     with open(source.path, "r+b") as f:
         f.seek(1024 + 24)  # s_log_block_size: an impossible block size
         f.write(b"\x32")
@@ -117,4 +118,4 @@ def test_ext_superblock_the_tools_reject_is_copied_raw(tmp_path: Path) -> None:
     (part,) = summary["partitions"]
     assert (part["fs"], part["method"]) == ("ext4", "raw")
     assert "map unreadable" in part["note"]
-    assert images.same_bytes(source.path, target.path, 0, source.size)
+    assert disks.same_bytes(source.path, target.path, 0, source.size)

@@ -19,7 +19,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import images
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
 from sparsecopy import cli, fs_ext, source_blocks, summary
@@ -27,8 +26,10 @@ from sparsecopy.errors import Failure
 from sparsecopy.extents import complement, intersect, normalize, total
 from sparsecopy.plan import MetaReader
 
-CHUNK = images.CHUNK
-MIB = images.MIB
+from devkit import disks
+
+CHUNK = disks.CHUNK
+MIB = disks.MIB
 
 
 # ---------------------------------------------------------------- helpers
@@ -55,7 +56,7 @@ def _chunk_extents(chunks: set[int] | list[int]) -> list[tuple[int, int]]:
     return normalize((index * CHUNK, CHUNK) for index in chunks)
 
 
-def _chunks_in(disk: images.DiskImage, number: int, chunks: set[int]) -> list[int]:
+def _chunks_in(disk: disks.DiskImage, number: int, chunks: set[int]) -> list[int]:
     part = disk.partition(number)
     end = part.start + part.size
     return sorted(c for c in chunks if part.start <= c * CHUNK and (c + 1) * CHUNK <= end)
@@ -68,15 +69,15 @@ def _sectors_read(device: str) -> int:
 
 def _flush(device: str) -> None:
     """Drop the device's page cache so the next buffered read reaches the block layer."""
-    images.run("blockdev", "--flushbufs", device)
+    disks.run("blockdev", "--flushbufs", device)
 
 
-def _file_chunks(disk: images.DiskImage, number: int, name: str) -> set[int]:
+def _file_chunks(disk: disks.DiskImage, number: int, name: str) -> set[int]:
     """Disk chunks wholly inside the data blocks of one file of an ext4 partition."""
     part = disk.partition(number)
-    with images.partition_loop(disk, number, read_only=True) as device:
-        out = images.run("debugfs", "-R", f"blocks /{name}", device)
-        match = re.search(r"Block size:\s+(\d+)", images.run("dumpe2fs", "-h", device))
+    with disks.partition_loop(disk, number, read_only=True) as device:
+        out = disks.run("debugfs", "-R", f"blocks /{name}", device)
+        match = re.search(r"Block size:\s+(\d+)", disks.run("dumpe2fs", "-h", device))
     assert match, "dumpe2fs printed no block size"
     size = int(match[1])
     blocks = [int(b) for b in out.split()]
@@ -88,14 +89,14 @@ def _file_chunks(disk: images.DiskImage, number: int, name: str) -> set[int]:
     return inside
 
 
-def _needed(disk: images.DiskImage) -> list[tuple[int, int]]:
+def _needed(disk: disks.DiskImage) -> list[tuple[int, int]]:
     """What the copy must carry, worked out from the layout: ext4's allocated blocks (its block
     bitmaps, as dumpe2fs shows them, plus the bytes after the filesystem), swap's header page,
     every byte of partitions without a map, and everything outside the partitions."""
     needed = complement([(p.start, p.size) for p in disk.partitions], 0, disk.size)
     for part in disk.partitions:
         if part.fs == "ext4":
-            with images.partition_loop(disk, part.number, read_only=True) as device:
+            with disks.partition_loop(disk, part.number, read_only=True) as device:
                 ext = fs_ext.read_map(device)
             needed += [(part.start + s, n) for s, n in ext.allocated]
             if ext.fs_bytes < part.size:
@@ -160,16 +161,16 @@ def _outside(reads: list[tuple[int, int]], listed: list[tuple[int, int]]) -> lis
 
 
 @pytest.fixture(scope="module")
-def mixed(tmp_path_factory: pytest.TempPathFactory) -> images.DiskImage:
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> disks.DiskImage:
     """ext4 + swap (stale pages) + raw data partition (scattered writes) + never written."""
-    return images.build_ext4_swap_raw_unwritten(tmp_path_factory.mktemp("mixed") / "source.img")
+    return disks.build_ext4_swap_raw_unwritten(tmp_path_factory.mktemp("mixed") / "source.img")
 
 
 @pytest.fixture(scope="module")
-def omitted(mixed: images.DiskImage) -> set[int]:
+def omitted(mixed: disks.DiskImage) -> set[int]:
     """Chunks holding needed data that a (wrong) list leaves out: part of a kept ext4 file and
     every other data chunk of the raw partition."""
-    chunks = images.data_chunks(mixed.path)
+    chunks = disks.data_chunks(mixed.path)
     in_file = sorted(_file_chunks(mixed, 1, "data/file02.bin"))
     assert len(in_file) >= 4
     raw = _chunks_in(mixed, 3, chunks)
@@ -178,13 +179,13 @@ def omitted(mixed: images.DiskImage) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def randomdisk(tmp_path_factory: pytest.TempPathFactory) -> images.DiskImage:
+def randomdisk(tmp_path_factory: pytest.TempPathFactory) -> disks.DiskImage:
     """GPT, a 24 MiB partition of random bytes and a mostly-zero one: no external tool reads."""
-    return images.build_random_partition(tmp_path_factory.mktemp("random") / "source.img")
+    return disks.build_random_partition(tmp_path_factory.mktemp("random") / "source.img")
 
 
 def _copy(
-    source: images.DiskImage, tmp_path: Path, *extra: str, name: str = "target.img"
+    source: disks.DiskImage, tmp_path: Path, *extra: str, name: str = "target.img"
 ) -> tuple[dict, Path, int]:
     """Copy onto a blank target; returns the summary, the target and the sectors the kernel
     read from the source device during the copy."""
@@ -206,23 +207,23 @@ needs_root = pytest.mark.needs_root
 
 @needs_root
 def test_unlisted_blocks_that_hold_data_are_not_written(
-    mixed: images.DiskImage, omitted: set[int], tmp_path: Path, no_leaks: None
+    mixed: disks.DiskImage, omitted: set[int], tmp_path: Path, no_leaks: None
 ) -> None:
-    chunks = images.data_chunks(mixed.path)
+    chunks = disks.data_chunks(mixed.path)
     listed = chunks - omitted
-    blocks = _write_list(tmp_path / "blocks.json", images.source_block_list(listed, mixed.size))
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list(listed, mixed.size))
     source = working_copy(mixed, tmp_path / "source.img")
     result, target, _ = _copy(source, tmp_path, "--source-blocks", str(blocks))
 
-    written = images.data_chunks(target)
+    written = disks.data_chunks(target)
     assert not written & omitted, f"unlisted chunks written: {sorted(written & omitted)}"
     assert written <= listed
     # The same copy without the list does write them: the list is what kept them out.
     plain, plain_target, _ = _copy(source, tmp_path, name="plain.img")
-    assert omitted <= images.data_chunks(plain_target)
+    assert omitted <= disks.data_chunks(plain_target)
     # Listed data is still copied byte for byte (raw partition), unlisted reads as zeros.
     for index in _chunks_in(mixed, 3, chunks):
-        same = images.same_bytes(source.path, target, index * CHUNK, CHUNK)
+        same = disks.same_bytes(source.path, target, index * CHUNK, CHUNK)
         assert same == (index not in omitted), f"chunk {index}"
     assert result["held_blocks"] == len(listed)
     assert 0 < result["held_blocks_read"] <= len(listed)
@@ -232,7 +233,7 @@ def test_unlisted_blocks_that_hold_data_are_not_written(
 @needs_root
 @pytest.mark.parametrize("method", ["allocated", "trim"])
 def test_unlisted_blocks_are_not_read_by_the_program(
-    mixed: images.DiskImage,
+    mixed: disks.DiskImage,
     omitted: set[int],
     method: str,
     tmp_path: Path,
@@ -243,8 +244,8 @@ def test_unlisted_blocks_are_not_read_by_the_program(
     method's staging, the verify compare) lies in the list, including the head of the
     never-written partition that probing would read. The same recording without the list does
     read the omitted chunks."""
-    listed = images.data_chunks(mixed.path) - omitted
-    blocks = _write_list(tmp_path / "blocks.json", images.source_block_list(listed, mixed.size))
+    listed = disks.data_chunks(mixed.path) - omitted
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list(listed, mixed.size))
     listed_bytes = _chunk_extents(listed)
     source = working_copy(mixed, tmp_path / "source.img")
     results = {}
@@ -273,24 +274,22 @@ def test_unlisted_blocks_are_not_read_by_the_program(
 
 @needs_root
 def test_unlisted_blocks_are_not_read_by_the_kernel(
-    randomdisk: images.DiskImage, tmp_path: Path, no_leaks: None
+    randomdisk: disks.DiskImage, tmp_path: Path, no_leaks: None
 ) -> None:
     """The loop device's own count of sectors read: no more than the program says it read (so
     no readahead or hidden read reached the device) and no more than the listed needed bytes,
     while half of the random partition, left out of the list, would be 12 MiB more."""
-    chunks = images.data_chunks(randomdisk.path)
+    chunks = disks.data_chunks(randomdisk.path)
     random_part = _chunks_in(randomdisk, 1, chunks)
     omitted = set(random_part[1::2])
     listed = chunks - omitted
-    blocks = _write_list(
-        tmp_path / "blocks.json", images.source_block_list(listed, randomdisk.size)
-    )
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list(listed, randomdisk.size))
     result, target, kernel = _copy(randomdisk, tmp_path, "--source-blocks", str(blocks))
     listed_needed = total(intersect(_chunk_extents(listed), [(0, randomdisk.size)]))
     assert 0 < kernel <= result["source_bytes_read"] + 64 * 1024
     assert result["source_bytes_read"] <= listed_needed + 256 * 1024
     assert kernel < listed_needed + len(omitted) * CHUNK // 4
-    assert not images.data_chunks(target) & omitted
+    assert not disks.data_chunks(target) & omitted
     _, _, plain_kernel = _copy(randomdisk, tmp_path, name="plain.img")
     assert plain_kernel >= listed_needed + len(omitted) * CHUNK, "the counter sees reads"
 
@@ -299,13 +298,13 @@ def test_unlisted_blocks_are_not_read_by_the_kernel(
 def test_never_written_volume_with_an_empty_list_reads_nothing(
     tmp_path: Path, no_leaks: None
 ) -> None:
-    empty = images.build_empty(tmp_path / "empty.img", size=64 * MIB)
-    blocks = _write_list(tmp_path / "blocks.json", images.source_block_list([], empty.size))
+    empty = disks.build_empty(tmp_path / "empty.img", size=64 * MIB)
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list([], empty.size))
     result, target, kernel = _copy(empty, tmp_path, "--source-blocks", str(blocks))
     assert result["source_bytes_read"] == 0
     assert kernel <= MIB
     assert (result["held_blocks"], result["held_blocks_read"]) == (0, 0)
-    assert result["target_bytes_written"] == 0 and images.written_chunks(target) == 0
+    assert result["target_bytes_written"] == 0 and disks.written_chunks(target) == 0
     assert [p["allocated_bytes"] for p in result["partitions"]] == [0]
     assert [p["needed_bytes"] for p in result["partitions"]] == [empty.size]
     plain, _, plain_kernel = _copy(empty, tmp_path, name="plain.img")
@@ -314,12 +313,12 @@ def test_never_written_volume_with_an_empty_list_reads_nothing(
 
 @needs_root
 def test_mixed_disk_reads_at_most_what_the_list_and_the_copy_share(
-    mixed: images.DiskImage, tmp_path: Path, no_leaks: None
+    mixed: disks.DiskImage, tmp_path: Path, no_leaks: None
 ) -> None:
     """ext4 + swap + raw + never written, with the list EBS would give (the data chunks):
     read <= 1.1 * (held ∩ needed) + 1 MiB, by the program's count and by the kernel's."""
-    chunks = images.data_chunks(mixed.path)
-    blocks = _write_list(tmp_path / "blocks.json", images.source_block_list(chunks, mixed.size))
+    chunks = disks.data_chunks(mixed.path)
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list(chunks, mixed.size))
     source = working_copy(mixed, tmp_path / "source.img")
     both = total(intersect(_needed(source), _chunk_extents(chunks)))
     # No --verify here: its compare reads the same ranges again, which the kernel counts.
@@ -330,12 +329,12 @@ def test_mixed_disk_reads_at_most_what_the_list_and_the_copy_share(
     _, plain_target, plain_kernel = _copy(source, tmp_path, name="plain.img")
     assert plain_kernel > bound, "the disk must be one where the list matters"
     # Same target: everything unlisted is zero on the source anyway.
-    assert images.same_bytes(target, plain_target, 0, mixed.size)
+    assert disks.same_bytes(target, plain_target, 0, mixed.size)
     assert (
-        images.file_hashes(images.DiskImage(target, mixed.size, "gpt", mixed.partitions), 1)
+        disks.file_hashes(disks.DiskImage(target, mixed.size, "gpt", mixed.partitions), 1)
         == (mixed.files[1])
     )
-    images.fsck_clean(images.DiskImage(target, mixed.size, "gpt", mixed.partitions), 1)
+    disks.fsck_clean(disks.DiskImage(target, mixed.size, "gpt", mixed.partitions), 1)
     assert [p["fs"] for p in result["partitions"]] == ["ext4", "swap", "unknown", "unknown"]
 
 
@@ -367,7 +366,7 @@ BAD_LISTS = {
 @needs_root
 @pytest.mark.parametrize("case", sorted(BAD_LISTS))
 def test_a_bad_list_fails_before_the_target_is_touched(
-    randomdisk: images.DiskImage, tmp_path: Path, case: str, no_leaks: None
+    randomdisk: disks.DiskImage, tmp_path: Path, case: str, no_leaks: None
 ) -> None:
     doc, message = BAD_LISTS[case]
     assert randomdisk.size == 64 * MIB  # "past-end" names block 128, the first past 64 MiB
@@ -381,12 +380,12 @@ def test_a_bad_list_fails_before_the_target_is_touched(
         assert result.stdout == ""
         assert result.error_line.startswith("sparsecopy: error: --source-blocks ")
         assert message in result.error_line, result.error_line
-    assert images.written_chunks(target) == 0, "the target was written"
+    assert disks.written_chunks(target) == 0, "the target was written"
 
 
 @needs_root
 def test_a_corrupt_gzip_list_and_a_missing_list_fail_before_the_target_is_touched(
-    randomdisk: images.DiskImage, tmp_path: Path, no_leaks: None
+    randomdisk: disks.DiskImage, tmp_path: Path, no_leaks: None
 ) -> None:
     corrupt = tmp_path / "blocks.json.gz"
     corrupt.write_bytes(gzip.compress(b'{"BlockSize": 524288}')[:12])
@@ -396,7 +395,7 @@ def test_a_corrupt_gzip_list_and_a_missing_list_fail_before_the_target_is_touche
         missing = sparsecopy("copy", src, dst, "--source-blocks", str(tmp_path / "nope.json"))
     assert bad.returncode == 1 and "starts like gzip but does not decompress" in bad.error_line
     assert missing.returncode == 1 and "cannot read --source-blocks" in missing.error_line
-    assert images.written_chunks(target) == 0
+    assert disks.written_chunks(target) == 0
 
 
 # ---------------------------------------------------------------- forms
@@ -406,7 +405,7 @@ def test_gzip_and_block_ranges_give_the_same_list(tmp_path: Path) -> None:
     chunks = {0, 1, 2, 7, 9, 10, 300}
     size = 2 << 30
     plain = source_blocks.load(
-        str(_write_list(tmp_path / "a.json", images.source_block_list(chunks, size)))
+        str(_write_list(tmp_path / "a.json", disks.source_block_list(chunks, size)))
     )
     compact = source_blocks.load(
         str(_write_list(tmp_path / "b.json.gz", _ranges_form(chunks, size), gz=True))
@@ -539,11 +538,11 @@ def test_summarize_passes_the_held_counts_through() -> None:
 
 
 TRUTHFUL = {
-    "gpt-bios-efi-ext4": images.build_gpt_efi_ext4,
-    "mbr-two-ntfs": images.build_mbr_ntfs,
-    "gpt-xfs": images.build_gpt_xfs,
-    "gpt-xfs-crashed": lambda p: images.build_gpt_xfs(p, crash=True),
-    "bare-ext4-crashed": lambda p: images.build_bare_ext4(p, crash=True),
+    "gpt-bios-efi-ext4": disks.build_gpt_efi_ext4,
+    "mbr-two-ntfs": disks.build_mbr_ntfs,
+    "gpt-xfs": disks.build_gpt_xfs,
+    "gpt-xfs-crashed": lambda p: disks.build_gpt_xfs(p, crash=True),
+    "bare-ext4-crashed": lambda p: disks.build_bare_ext4(p, crash=True),
 }
 FILESYSTEMS = ("ext4", "xfs", "ntfs", "vfat")
 
@@ -551,17 +550,17 @@ FILESYSTEMS = ("ext4", "xfs", "ntfs", "vfat")
 @pytest.fixture(scope="module", params=sorted(TRUTHFUL))
 def truthful(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, images.DiskImage, images.DiskImage]]:
+) -> Iterator[tuple[str, disks.DiskImage, disks.DiskImage]]:
     work = tmp_path_factory.mktemp(request.param)
     source = TRUTHFUL[request.param](work / "source.img")
-    reference = images.recovered_copy(source, work / "reference.img")
+    reference = disks.recovered_copy(source, work / "reference.img")
     yield request.param, source, reference
 
 
 @needs_root
 @pytest.mark.parametrize("method", ["allocated", "trim"])
 def test_a_truthful_list_copies_what_the_copy_without_it_copies(
-    truthful: tuple[str, images.DiskImage, images.DiskImage],
+    truthful: tuple[str, disks.DiskImage, disks.DiskImage],
     method: str,
     tmp_path: Path,
     no_leaks: None,
@@ -571,7 +570,7 @@ def test_a_truthful_list_copies_what_the_copy_without_it_copies(
     name, pristine, reference = truthful
     if method == "trim" and name != "gpt-bios-efi-ext4":
         pytest.skip("the trim path with a list is exercised on one disk (time)")
-    chunks = images.data_chunks(pristine.path)
+    chunks = disks.data_chunks(pristine.path)
     blocks = _write_list(tmp_path / "blocks.json.gz", _ranges_form(chunks, pristine.size), gz=True)
     targets = {}
     results = {}
@@ -579,7 +578,7 @@ def test_a_truthful_list_copies_what_the_copy_without_it_copies(
     for label, extra in (("plain", []), ("listed", ["--source-blocks", str(blocks)])):
         sources[label] = working_copy(pristine, tmp_path / f"source-{label}.img").path
         results[label], targets[label], _ = _copy(
-            images.DiskImage(sources[label], pristine.size, pristine.table, pristine.partitions),
+            disks.DiskImage(sources[label], pristine.size, pristine.table, pristine.partitions),
             tmp_path,
             "--method",
             method,
@@ -590,21 +589,21 @@ def test_a_truthful_list_copies_what_the_copy_without_it_copies(
     result = results["listed"]
     assert result["verified"] is True
     assert result["held_blocks"] == len(chunks)
-    target = images.DiskImage(targets["listed"], pristine.size, pristine.table, pristine.partitions)
+    target = disks.DiskImage(targets["listed"], pristine.size, pristine.table, pristine.partitions)
     for part in pristine.partitions:
         if part.fs in FILESYSTEMS:
-            expected = images.file_hashes(reference, part.number)
-            assert images.file_hashes(target, part.number) == expected, f"partition {part.number}"
-            images.fsck_clean(target, part.number)
+            expected = disks.file_hashes(reference, part.number)
+            assert disks.file_hashes(target, part.number) == expected, f"partition {part.number}"
+            disks.fsck_clean(target, part.number)
     # A mount (XFS replay on the source, the trim method's on its scratch image) writes times
     # and log records: those targets differ from run to run, with or without the list.
     mounted = "crashed" in name or name.startswith("gpt-xfs") or method == "trim"
     if not mounted:
-        assert images.same_bytes(targets["listed"], targets["plain"], 0, pristine.size)
+        assert disks.same_bytes(targets["listed"], targets["plain"], 0, pristine.size)
     if "crashed" not in name:  # nothing to replay: with the list the source is left as it was
-        assert images.same_bytes(sources["listed"], pristine.path, 0, pristine.size)
+        assert disks.same_bytes(sources["listed"], pristine.path, 0, pristine.size)
     if "crashed" not in name:  # a replay may write blocks the snapshot does not hold
-        assert images.data_chunks(targets["listed"]) <= chunks
+        assert disks.data_chunks(targets["listed"]) <= chunks
     assert result["source_bytes_read"] <= results["plain"]["source_bytes_read"]
     notes = " ".join(p.get("note", "") for p in result["partitions"])
     if "crashed" in name and method == "allocated":
@@ -615,10 +614,10 @@ def test_a_truthful_list_copies_what_the_copy_without_it_copies(
 
 @needs_root
 def test_inspect_with_a_list_plans_needed_and_held(
-    mixed: images.DiskImage, tmp_path: Path, no_leaks: None
+    mixed: disks.DiskImage, tmp_path: Path, no_leaks: None
 ) -> None:
-    chunks = images.data_chunks(mixed.path)
-    blocks = _write_list(tmp_path / "blocks.json", images.source_block_list(chunks, mixed.size))
+    chunks = disks.data_chunks(mixed.path)
+    blocks = _write_list(tmp_path / "blocks.json", disks.source_block_list(chunks, mixed.size))
     with attached(mixed.path) as src:
         plain = sparsecopy("inspect", src)
         listed = sparsecopy("inspect", src, "--source-blocks", str(blocks))

@@ -9,10 +9,11 @@ import random
 import struct
 from pathlib import Path
 
-import images
 import pytest
 from conftest import PROGRAM
 from sparsecopy import bitmap, copier, extents, fs_fat, fs_ntfs, partitions, probe, progress
+
+from devkit import disks as images
 
 
 def _reader(path: Path, base: int = 0):

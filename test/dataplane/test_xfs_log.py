@@ -13,9 +13,10 @@ import hashlib
 import os
 from pathlib import Path
 
-import images
 import pytest
 from conftest import attached, blank_like, sparsecopy
+
+from devkit import disks
 
 pytestmark = pytest.mark.needs_root
 
@@ -28,11 +29,11 @@ def _digest(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def busy_log(tmp_path_factory: pytest.TempPathFactory) -> images.DiskImage:
+def busy_log(tmp_path_factory: pytest.TempPathFactory) -> disks.DiskImage:
     """build_gpt_xfs, then enough metadata updates to move the log head past the blocks mkfs
     wrote, so that the 2 MiB a mount stamps after it land on chunks that hold only zeros."""
-    disk = images.build_gpt_xfs(tmp_path_factory.mktemp("xfs-log") / "source.img")
-    with images.partition_mount(disk, XFS) as mnt:
+    disk = disks.build_gpt_xfs(tmp_path_factory.mktemp("xfs-log") / "source.img")
+    with disks.partition_mount(disk, XFS) as mnt:
         churn = mnt / "churn"
         churn.mkdir()
         for i in range(20000):
@@ -42,22 +43,22 @@ def busy_log(tmp_path_factory: pytest.TempPathFactory) -> images.DiskImage:
             (churn / f"f{i}").unlink()
         churn.rmdir()
         os.sync()
-    with images.partition_loop(disk, XFS, read_only=True) as device:
-        assert "<CLEAN>" in images.run("xfs_logprint", "-t", device)
+    with disks.partition_loop(disk, XFS, read_only=True) as device:
+        assert "<CLEAN>" in disks.run("xfs_logprint", "-t", device)
     return disk
 
 
-def _xfs_copy_nonzero(disk: images.DiskImage, dest: Path) -> set[int]:
+def _xfs_copy_nonzero(disk: disks.DiskImage, dest: Path) -> set[int]:
     """Non-zero chunks of ``xfs_copy -d`` of the XFS partition, at the partition's place.
     (xfs_copy also writes the rest of the log as zeros: chunks a snapshot would store.)"""
     part = disk.partition(XFS)
-    with images.partition_loop(disk, XFS, read_only=True) as device:
-        images.run("xfs_copy", "-d", device, str(dest))
-    return {part.start // images.CHUNK + c for c in images.nonzero_chunks(dest)}
+    with disks.partition_loop(disk, XFS, read_only=True) as device:
+        disks.run("xfs_copy", "-d", device, str(dest))
+    return {part.start // disks.CHUNK + c for c in disks.nonzero_chunks(dest)}
 
 
 def test_clean_log_is_not_mounted(
-    busy_log: images.DiskImage, tmp_path: Path, no_leaks: None
+    busy_log: disks.DiskImage, tmp_path: Path, no_leaks: None
 ) -> None:
     before = _digest(busy_log.path)
     target = blank_like(busy_log.path, tmp_path / "target.img")
@@ -66,13 +67,13 @@ def test_clean_log_is_not_mounted(
     assert run.returncode == 0, run.stderr
     assert _digest(busy_log.path) == before, "the source was written to (mounted)"
     assert run.summary["partitions"][XFS - 1]["method"] == "allocated"
-    copy = images.DiskImage(target, busy_log.size, busy_log.table, busy_log.partitions)
+    copy = busy_log.copy_at(target)
     part = copy.partition(XFS)
-    first, end = part.start // images.CHUNK, (part.start + part.size) // images.CHUNK
-    inside = {c for c in images.nonzero_chunks(target) if first <= c < end}
+    first, end = part.start // disks.CHUNK, (part.start + part.size) // disks.CHUNK
+    inside = {c for c in disks.nonzero_chunks(target) if first <= c < end}
     assert inside == _xfs_copy_nonzero(busy_log, tmp_path / "xfs_copy.img")
-    images.fsck_clean(copy, XFS)
-    assert images.file_hashes(copy, XFS) == busy_log.files[XFS]
-    with images.partition_mount(copy, XFS, "nouuid") as mnt:
+    disks.fsck_clean(copy, XFS)
+    assert disks.file_hashes(copy, XFS) == busy_log.files[XFS]
+    with disks.partition_mount(copy, XFS, "nouuid") as mnt:
         (mnt / "after-copy").write_text("written on the copy")
-    images.fsck_clean(copy, XFS)
+    disks.fsck_clean(copy, XFS)

@@ -1,17 +1,14 @@
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from twin.emulator.faults import Faults
+from twin.emulator.server import Emulator
 
-from twin.emulator.faults import Faults  # noqa: E402  (the twin package is found through REPO)
-from twin.emulator.server import Emulator  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

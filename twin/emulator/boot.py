@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devkit.disks.layout import LINUX, make_gpt, mkfs
+
 AL2023_ROOT_UUID = "2a7e9c51-5b0d-4c1e-9f3a-a12023b45e01"
 TRANSFER_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 TRANSFER_AMI_NAME = "al2023-ami-2023.twin-kernel-6.1-x86_64"
 AMAZON_ACCOUNT = "137112412989"  # the owner of Amazon Linux AMIs
 ROOT_DEVICE_NAME = "/dev/xvda"
 BASE_ROOT_MIB = 64
+GIB = 1024**3
 
 _EXT4_MAGIC = 0xEF53
 _XFS_MAGIC = b"XFSB"
@@ -91,9 +94,6 @@ def root_uuid(path: Path) -> str | None:
 
 def build_base_root(path: Path) -> Path:
     """The AL2023 base's root disk: 1 GiB sparse, GPT, one small ext4 root of AL2023_ROOT_UUID."""
-    from ..disks import GIB, images
-
-    img = images()
-    disk = img.make_gpt(path, GIB, [(BASE_ROOT_MIB, img.LINUX, "ext4")])
-    img.mkfs(disk, 1, "-U", AL2023_ROOT_UUID, "-L", "/")
+    disk = make_gpt(path, GIB, [(BASE_ROOT_MIB, LINUX, "ext4")])
+    mkfs(disk, 1, "-U", AL2023_ROOT_UUID, "-L", "/")
     return path

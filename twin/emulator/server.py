@@ -93,7 +93,7 @@ class Emulator:
         return self.endpoint
 
     def stop(self) -> list[str]:
-        """Tear everything down; returns loop devices that could not be detached (should be [])."""
+        """Tear everything down; returns why loop devices could not be detached (should be [])."""
         try:
             ssm_twin.stop_all(self.state)
         finally:

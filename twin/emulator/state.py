@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .blockstore import LoopDevices
+from devkit.loop import LoopDevices
+
 from .faults import Faults
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ INSTANCE_INFO_MISSING_POLLS = 1
 class EmulatorState:
     workdir: Path
     faults: Faults = field(default_factory=Faults)
-    loops: LoopDevices = field(default_factory=LoopDevices)
+    loops: LoopDevices = field(
+        default_factory=lambda: LoopDevices("this emulator", wait_until_free=False)
+    )
     lock: threading.RLock = field(default_factory=threading.RLock)
     volume_files: dict[str, Path] = field(default_factory=dict)
     snapshot_files: dict[str, Path] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from bench.chunks import (
+from devkit.chunks import (
     CHUNK,
     chunk_set,
     complement,

@@ -1,0 +1,58 @@
+"""Volumes without a partition table: one filesystem over the whole disk (ext4, a crashed
+ext2, btrfs) or nothing at all (never written)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from devkit.commands import run
+from devkit.disks.dirt import crash_after_writes, fill_dirty, snapshot_while_mounted
+from devkit.disks.image import MIB, DiskImage, Partition
+from devkit.disks.layout import create_sparse, mkfs, partition_loop, partition_mount
+
+
+def build_bare_ext4(
+    path: Path, size: int = 128 * MIB, seed: int = 5, crash: bool = False
+) -> DiskImage:
+    """A volume that is one ext4 filesystem, no partition table; dirty, optionally crashed."""
+    live = path.with_suffix(".live") if crash else path
+    create_sparse(live, size)
+    disk = DiskImage(live, size, "none", [Partition(1, 0, size, "ext4")])
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed)
+        if crash:
+            disk.files[1].update(snapshot_while_mounted(mnt, live, path, seed + 100))
+    if crash:
+        live.unlink()
+        disk.path = path
+    return disk
+
+
+def build_bare_ext2_crashed(path: Path, size: int = 96 * MIB, seed: int = 9) -> DiskImage:
+    """ext2 (no journal) shut down while mounted: the state stays "not clean" and nothing can
+    be replayed, so a copier must not trust its bitmaps."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "ext4")])
+    with partition_loop(disk, 1) as device:
+        run("mkfs.ext2", "-q", "-F", device)
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed, files=4, file_size=4 * MIB, delete=(2,))
+        disk.files[1].update(crash_after_writes(mnt, seed + 100, files=2, file_size=4 * MIB))
+    return disk
+
+
+def build_btrfs(path: Path, size: int = 256 * MIB, seed: int = 7) -> DiskImage:
+    """A bare btrfs volume, dirty (btrfs is copied by trim or raw, not by a parsed map)."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "btrfs")])
+    mkfs(disk, 1)
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed, files=6, file_size=8 * MIB)
+    return disk
+
+
+def build_empty(path: Path, size: int = 64 * MIB) -> DiskImage:
+    """A never-written volume: no table, no filesystem, no data."""
+    create_sparse(path, size)
+    return DiskImage(path, size, "none", [Partition(1, 0, size, "empty")])

@@ -1,0 +1,49 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from devkit.loop import LoopDevices, kernel_loops, loop_device, loops_backed_by, serves
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
+
+
+def _backing(tmp_path: Path) -> Path:
+    backing = tmp_path / "disk.img"
+    with backing.open("wb") as f:
+        f.truncate(1 << 20)
+    return backing
+
+
+def test_loop_devices_refuse_to_detach_a_device_they_did_not_attach() -> None:
+    with pytest.raises(ValueError, match="refusing to detach /dev/loop0: the twin did not"):
+        LoopDevices("the twin").detach("/dev/loop0")
+
+
+@needs_root
+def test_loop_device_serves_its_slice_and_is_gone_after(tmp_path: Path) -> None:
+    backing = _backing(tmp_path)
+    with loop_device(backing, 4096, 8192, read_only=True) as device:
+        assert serves(device, backing, 4096)
+        assert not serves(device, backing, 0)
+        assert Path(f"/sys/block/{Path(device).name}/size").read_text().strip() == "16"
+    assert not serves(device, backing, 4096)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+@needs_root
+def test_loop_devices_release_stacked_devices_and_detach_their_own(
+    tmp_path: Path, wait: bool
+) -> None:
+    loops = LoopDevices("this test", wait_until_free=wait)
+    outer = loops.attach(_backing(tmp_path))
+    try:
+        stacked = loops.attach(Path(outer), 4096, 4096)
+        loops.attached.pop(stacked)  # a program made it: not ours to detach by name
+        assert loops_backed_by([outer]) == [stacked]
+        assert loops.kernel_leftovers(tmp_path) == sorted([outer, stacked])
+        assert loops.release_stacked([outer]) == [stacked]
+    finally:
+        assert loops.detach_all() == []
+    assert loops.attached == {}
+    assert outer not in kernel_loops() or not kernel_loops()[outer].startswith(str(tmp_path))
