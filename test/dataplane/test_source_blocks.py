@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
-from sparsecopy import cli, fs_ext, source_blocks, summary
+from sparsecopy import cli, fs_ext, source_blocks
 from sparsecopy.errors import Failure
 from sparsecopy.extents import complement, intersect, normalize, total
 from sparsecopy.plan import MetaReader
@@ -512,26 +512,6 @@ def test_meta_reader_serves_unlisted_bytes_as_zeros_without_reading_them(
         assert held.blocks_read() == 2
     finally:
         reader.close()
-
-
-# ---------------------------------------------------------------- summarize
-
-
-def test_summarize_passes_the_held_counts_through() -> None:
-    with_list = {"source_bytes_read": 5, "held_blocks": 1234, "held_blocks_read": 1000}
-    without = {"source_bytes_read": 5, "held_blocks": None, "held_blocks_read": None}
-    code, line, _ = summary.summarize(
-        ["vol-1", "vol-2", "vol-3"],
-        ["vol-a", "vol-b", "vol-c"],
-        [json.dumps(with_list), json.dumps(without), json.dumps({"source_bytes_read": 1})],
-    )
-    assert code == 0
-    volumes = json.loads(line)["volumes"]
-    assert [(v["held_blocks"], v["held_blocks_read"]) for v in volumes] == [
-        (1234, 1000),
-        (None, None),
-        (None, None),
-    ]
 
 
 # ---------------------------------------------------------------- a truthful list changes nothing
