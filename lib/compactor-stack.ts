@@ -3,13 +3,12 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
-import contractEnvironment from '../contract/environment.json';
 import { CleanupWorkflow } from './cleanup-workflow';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
 import { transferNetwork } from './network';
 import { Settings } from './settings';
-import { TaskFunctions } from './task-functions';
+import { checkedEnvironment, TaskFunctions } from './task-functions';
 import { TaskRole } from './task-role';
 import { SourceBlocksBucket } from './source-blocks-bucket';
 import { ROOT_DEVICE_NAME, ROOT_VOLUME_GIB, TransferInstance } from './transfer-instance';
@@ -27,31 +26,6 @@ export interface WorkflowEnvironmentParts {
   readonly documentName: string;
   readonly commandLogGroupName: string;
   readonly sourceBlocksBucketName: string;
-}
-
-/**
- * The keys contract/environment.json gives `functions` ('workflow' or a module), minus the Powertools
- * keys that lib/task-functions.ts adds to every function.
- */
-export function contractEnvironmentKeys(functions: string): string[] {
-  return contractEnvironment.variables
-    .filter((v) => v.functions.includes(functions) && v.readBy !== 'Powertools')
-    .map((v) => v.name);
-}
-
-/** Fails the synth when `values` sets a key the contract does not give these functions, or misses one. */
-export function checkedEnvironment(
-  functions: string,
-  values: Record<string, string>,
-): Record<string, string> {
-  const expected = contractEnvironmentKeys(functions).sort();
-  const given = Object.keys(values).sort();
-  if (JSON.stringify(expected) !== JSON.stringify(given)) {
-    throw new Error(
-      `The ${functions} environment sets ${given.join(', ')}; contract/environment.json gives it ${expected.join(', ')}.`,
-    );
-  }
-  return values;
 }
 
 /** The environment of every workflow task function (contract/environment.json, functions "workflow"). */

@@ -98,6 +98,31 @@ export const POWERTOOLS_ENVIRONMENT: Record<string, string> = Object.fromEntries
     .map((v) => [v.name, (v as { value?: string }).value ?? '']),
 );
 
+/**
+ * The keys contract/environment.json gives `functions` ('workflow' or a module), minus the Powertools
+ * keys that lib/task-functions.ts adds to every function.
+ */
+export function contractEnvironmentKeys(functions: string): string[] {
+  return contractEnvironment.variables
+    .filter((v) => v.functions.includes(functions) && v.readBy !== 'Powertools')
+    .map((v) => v.name);
+}
+
+/** Fails the synth when `values` sets a key the contract does not give these functions, or misses one. */
+export function checkedEnvironment(
+  functions: string,
+  values: Record<string, string>,
+): Record<string, string> {
+  const expected = contractEnvironmentKeys(functions).sort();
+  const given = Object.keys(values).sort();
+  if (JSON.stringify(expected) !== JSON.stringify(given)) {
+    throw new Error(
+      `The ${functions} environment sets ${given.join(', ')}; contract/environment.json gives it ${expected.join(', ')}.`,
+    );
+  }
+  return values;
+}
+
 export function handlerOf(module: TaskModule): string {
   return `compactor.handlers.${module}.handler`;
 }

@@ -3,8 +3,9 @@ import * as path from 'path';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as os from 'os';
 import contractEnvironment from '../../contract/environment.json';
-import { checkedEnvironment, contractEnvironmentKeys } from '../../lib/compactor-stack';
 import {
+  checkedEnvironment,
+  contractEnvironmentKeys,
   CONTRACT_TASKS,
   POWERTOOLS_ENVIRONMENT,
   TASK_MODULES,
