@@ -6,7 +6,6 @@ import { Construct } from 'constructs';
 import { PollLoopSettings, Settings } from './settings';
 import { longestWorkflowTaskTimeout } from './task-functions';
 import { ErrorRoute, POLL_LOOPS, WorkflowBuilder } from './workflow-building-blocks';
-import { NO_KEEP } from './workflow';
 
 /** Margin past the longest task: its Lambda call ends by then, and tag-filtered Describe* calls have caught up. */
 export const CLEANUP_MARGIN = Duration.seconds(60);
@@ -81,29 +80,13 @@ export class CleanupWorkflow extends Construct {
 
   /** Teardown with outcome `cleanup` until nothing tagged with the ended execution remains. */
   private teardownLoop(props: CleanupWorkflowProps, onError: ErrorRoute): sfn.Chain {
-    const b = new WorkflowBuilder(this);
-    return b.pollLoop({
-      name: 'Cleanup teardown',
-      counter: 'teardown',
-      bound: props.settings.teardownPoll,
-      task: b.task(
-        'Cleanup teardown',
-        props.teardownFunction,
-        sfn.TaskInput.fromObject({
-          executionName: sfn.JsonPath.stringAt('$.executionName'),
-          outcome: 'cleanup',
-          keep: NO_KEEP,
-        }),
-        '$.teardown',
-        onError,
-      ),
-      done: sfn.Condition.numberEquals('$.teardown.remaining', 0),
-      timeoutError: 'TeardownIncomplete',
-      timeoutCause:
-        'Resources tagged with the ended execution remain after the cleanup; delete them by hand ' +
+    const b = new WorkflowBuilder(this, 'cleanup', { teardown: props.teardownFunction });
+    return b.teardownLoop(
+      'Cleanup teardown',
+      props.settings.teardownPoll,
+      onError,
+      'Resources tagged with the ended execution remain after the cleanup; delete them by hand ' +
         '(tag ebs-snapshot-compactor:execution = the execution name).',
-      onTimeout: onError,
-      waitFirst: false,
-    });
+    );
   }
 }

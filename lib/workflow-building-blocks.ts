@@ -3,6 +3,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { Construct } from 'constructs';
+import contract from '../contract/tasks.json';
 import { PollLoopSettings } from './settings';
 
 /** Errors of the Lambda service itself (not of the handler): always worth a retry. */
@@ -21,32 +22,71 @@ export const LAMBDA_SERVICE_ERRORS = [
 export const TRANSIENT_AWS_ERROR = 'TransientAwsError';
 
 /** Keys of `$.timings` (docs/contract.md): `start` plus one per phase. */
-export const PHASES = [
-  'prepare',
-  'listBlocks',
-  'launch',
-  'waitReady',
-  'attach',
-  'compaction',
-  'snapshot',
-  'registerImage',
-  'fastSnapshotRestore',
-  'teardown',
-  'report',
-] as const;
-export type Phase = (typeof PHASES)[number];
+export const PHASES: readonly string[] = contract.phases;
+export type Phase = string;
 
 /** Keys of `$.polls`: the call counter of each poll loop. */
-export const POLL_LOOPS = [
-  'sources',
-  'blocks',
-  'ready',
-  'attach',
-  'compaction',
-  'snapshot',
-  'teardown',
-] as const;
-export type PollLoop = (typeof POLL_LOOPS)[number];
+export const POLL_LOOPS: readonly string[] = contract.pollLoops;
+export type PollLoop = string;
+
+/** CDK drops null from Parameters; this intrinsic yields a JSON null at run time. */
+export const JSON_NULL = sfn.JsonPath.stringToJson('null');
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The state machines of the task table: the compaction workflow and the cleanup after a failed one. */
+export type StateMachineName = 'main' | 'cleanup';
+
+/** One Task state of contract/tasks.json: what it sends its Lambda and where the result goes. */
+export interface TaskStateEntry {
+  readonly state: string;
+  readonly stateMachine: StateMachineName;
+  /** `"$"` = the whole state (no Parameters); else an object whose `$...` strings are JSONPaths. */
+  readonly payload: Json;
+  readonly resultPath: string;
+}
+
+/** One Lambda of contract/tasks.json and the Task states that call it. */
+export interface TaskEntry {
+  readonly module: string;
+  readonly timeoutSeconds: number;
+  readonly workflow: boolean;
+  readonly summary: string;
+  readonly states: readonly TaskStateEntry[];
+}
+
+/** The task table (contract/tasks.json), in workflow order. */
+export const TASK_TABLE: readonly TaskEntry[] = contract.tasks as readonly TaskEntry[];
+
+/** The table's entry of a Task state and the module it calls; unknown states fail the synth. */
+export function taskStateOf(machine: StateMachineName, state: string): TaskStateEntry & { module: string } {
+  for (const task of TASK_TABLE) {
+    const found = task.states.find((s) => s.state === state && s.stateMachine === machine);
+    if (found) return { ...found, module: task.module };
+  }
+  throw new Error(`Task state "${state}" of the ${machine} state machine is not in contract/tasks.json`);
+}
+
+/** A payload value of the table as CDK renders it: `$...` a JSONPath, null a JSON null, else a literal. */
+function payloadValue(value: Json): unknown {
+  if (value === null) return JSON_NULL;
+  if (typeof value === 'string' && value.startsWith('$')) return sfn.JsonPath.stringAt(value);
+  if (Array.isArray(value)) return value.map(payloadValue);
+  if (typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([key, v]) => [key, payloadValue(v)]));
+  }
+  return value;
+}
+
+/** The Task's payload; undefined for `"$"` (a JSONPath "$" payload would be rendered wrongly). */
+export function taskInput(payload: Json): sfn.TaskInput | undefined {
+  if (payload === '$') return undefined;
+  return sfn.TaskInput.fromObject(payloadValue(payload) as Record<string, unknown>);
+}
+
+function checkKnown(kind: string, known: readonly string[], name: string): void {
+  if (!known.includes(name)) throw new Error(`${kind} "${name}" is not in contract/tasks.json`);
+}
 
 /** Where a failed or timed-out step leaves its error and where the execution goes next. */
 export interface ErrorRoute {
@@ -97,28 +137,30 @@ export interface PollLoopOptions {
  * and catch, a phase timestamp, a bounded poll loop.
  */
 export class WorkflowBuilder {
-  constructor(private readonly scope: Construct) {}
+  constructor(
+    private readonly scope: Construct,
+    /** Which state machine's Task states of the table this builder makes. */
+    private readonly machine: StateMachineName,
+    /** The Lambda of each module the table's states call. */
+    private readonly functions: Readonly<Partial<Record<string, lambda.IFunction>>>,
+  ) {}
 
   /**
-   * A task that invokes the function ARN directly, so the state stores the handler's return value as is,
-   * retries Lambda service errors with backoff, routes the named errors of `specificCatches` their way and
-   * every other error to `onError`.
+   * The Task state `state` of contract/tasks.json: it invokes the function ARN of the table's module
+   * directly with the table's payload, so the state stores the handler's return value as is at the table's
+   * resultPath; it retries Lambda service errors with backoff, routes the named errors of `specificCatches`
+   * their way and every other error to `onError`.
    */
-  task(
-    id: string,
-    fn: lambda.IFunction,
-    /** Undefined = the whole state (no Parameters; a JSONPath "$" payload would be rendered wrongly). */
-    payload: sfn.TaskInput | undefined,
-    resultPath: string,
-    onError: ErrorRoute,
-    specificCatches: SpecificCatch[] = [],
-  ): tasks.LambdaInvoke {
-    const task = new tasks.LambdaInvoke(this.scope, id, {
+  task(state: string, onError: ErrorRoute, specificCatches: SpecificCatch[] = []): tasks.LambdaInvoke {
+    const entry = taskStateOf(this.machine, state);
+    const fn = this.functions[entry.module];
+    if (!fn) throw new Error(`Task state "${state}" calls ${entry.module}, which this builder was not given`);
+    const task = new tasks.LambdaInvoke(this.scope, state, {
       lambdaFunction: fn,
-      payload,
+      payload: taskInput(entry.payload),
       payloadResponseOnly: true,
       retryOnServiceExceptions: false,
-      resultPath,
+      resultPath: entry.resultPath,
     });
     task.addRetry({
       errors: LAMBDA_SERVICE_ERRORS,
@@ -146,6 +188,7 @@ export class WorkflowBuilder {
 
   /** Writes the time the phase began to `$.timings.<phase>` (JSONPath cannot set one key of an object, so it rewrites all of them). */
   markPhase(id: string, phase: Phase): sfn.Pass {
+    checkKnown('Phase', PHASES, phase);
     return new sfn.Pass(this.scope, id, {
       comment: `timings.${phase} = when this phase began`,
       parameters: Object.fromEntries(
@@ -160,6 +203,7 @@ export class WorkflowBuilder {
 
   /** Sets one counter of `$.polls` (reset to 1 before the first call, or + 1) and keeps the others. */
   private setCounter(id: string, counter: PollLoop, mode: 'reset' | 'increment'): sfn.Pass {
+    checkKnown('Poll loop', POLL_LOOPS, counter);
     return new sfn.Pass(this.scope, id, {
       parameters: Object.fromEntries(
         POLL_LOOPS.map((key) => [
@@ -228,5 +272,23 @@ export class WorkflowBuilder {
     o.task.next(check);
     increment.next(wait);
     return sfn.Chain.custom(reset, [done], done);
+  }
+
+  /**
+   * The teardown Task state `state` called until nothing of the execution remains; an error or the bound
+   * follows `route` (every teardown loop of both state machines is one of these).
+   */
+  teardownLoop(state: string, bound: PollLoopSettings, route: ErrorRoute, timeoutCause: string): sfn.Chain {
+    return this.pollLoop({
+      name: state,
+      counter: 'teardown',
+      bound,
+      task: this.task(state, route),
+      done: sfn.Condition.numberEquals('$.teardown.remaining', 0),
+      timeoutError: 'TeardownIncomplete',
+      timeoutCause,
+      onTimeout: route,
+      waitFirst: false,
+    });
   }
 }

@@ -1,14 +1,30 @@
-import * as fs from 'fs';
-import * as path from 'path';
-import { LAMBDAS_DIR, TASK_TIMEOUTS } from '../../lib/task-functions';
+import { TASK_TIMEOUTS } from '../../lib/task-functions';
 import { BLOCK_LIST_SLICE_SECONDS } from '../../lib/workflow';
 import {
   LAMBDA_SERVICE_ERRORS,
   PHASES,
   POLL_LOOPS,
+  TASK_TABLE,
   TRANSIENT_AWS_ERROR,
 } from '../../lib/workflow-building-blocks';
 import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/**
+ * What Step Functions gets for a payload of contract/tasks.json: `$...` strings are JSONPaths (key + `.$`),
+ * null a JSON null made by an intrinsic (CDK drops null), anything else a literal.
+ */
+function aslParameters(payload: Json): Json {
+  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) return payload;
+  return Object.fromEntries(
+    Object.entries(payload).map(([key, value]) => {
+      if (value === null) return [`${key}.$`, "States.StringToJson('null')"];
+      if (typeof value === 'string' && value.startsWith('$')) return [`${key}.$`, value];
+      return [key, aslParameters(value)];
+    }),
+  );
+}
 
 /** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
 function successors(state: AslState): string[] {
@@ -114,22 +130,26 @@ describe('state machine definition', () => {
   test('one Task per contract step, each running a stack function', () => {
     const modules = new Set(tasks.map(([, state]) => taskModule(template, state)));
     expect([...modules].sort()).toEqual(
-      [
-        'prepare',
-        'list_source_blocks',
-        'launch',
-        'check_instance',
-        'attach_volumes',
-        'start_compaction',
-        'check_compaction',
-        'create_snapshots',
-        'check_snapshots',
-        'register_image',
-        'enable_fast_snapshot_restore',
-        'teardown',
-        'report',
-      ].sort(),
+      TASK_TABLE.filter((task) => task.workflow)
+        .map((task) => task.module)
+        .sort(),
     );
+  });
+
+  test("every Task state is contract/tasks.json's: module, payload, result path", () => {
+    const table = TASK_TABLE.flatMap((task) =>
+      task.states.filter((s) => s.stateMachine === 'main').map((s) => [s.state, task.module, s] as const),
+    );
+    expect(tasks.map(([name]) => name).sort()).toEqual(table.map(([name]) => name).sort());
+    for (const [name, module, entry] of table) {
+      const state = definition.States[name];
+      expect({ name, module: taskModule(template, state), parameters: state.Parameters }).toEqual({
+        name,
+        module,
+        parameters: entry.payload === '$' ? undefined : aslParameters(entry.payload),
+      });
+      expect(state.ResultPath).toBe(entry.resultPath);
+    }
   });
 
   test.each(tasks)('Task "%s" retries Lambda service errors and catches everything last', (_name, state) => {
@@ -412,10 +432,7 @@ describe('state machine definition', () => {
     );
   });
 
-  test("the listing slice the messages count is the Lambda's, and its timeout leaves room after it", () => {
-    const source = fs.readFileSync(path.join(LAMBDAS_DIR, 'compactor', 'source_blocks.py'), 'utf8');
-    const slice = /^SLICE_SECONDS = ([0-9.]+)/m.exec(source);
-    expect(Number(slice?.[1])).toBe(BLOCK_LIST_SLICE_SECONDS);
+  test("the listing slice the messages count (contract/limits.json) leaves room in the Lambda's timeout", () => {
     expect(TASK_TIMEOUTS.list_source_blocks.toSeconds()).toBeGreaterThanOrEqual(
       BLOCK_LIST_SLICE_SECONDS + 60,
     );

@@ -3,6 +3,7 @@
  * paths through it: what each task receives, in what order, and where errors lead.
  */
 import { Template } from 'aws-cdk-lib/assertions';
+import { PHASES } from '../../lib/workflow-building-blocks';
 import { AslDefinition, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 // aws-local-stepfunctions 3 needs Node 22's Promise.withResolvers at run time; Node 20 runs the tests.
@@ -180,6 +181,15 @@ async function run(
   }
 }
 
+/** An AMI source with fast snapshot restore AZs: both steps after delivery run. */
+const AMI_PLAN = {
+  ...PLAN,
+  source: { kind: 'image', imageId: 'ami-a' },
+  fastSnapshotRestoreAzs: ['us-east-1a'],
+};
+const runAmi = (template: Template, overrides: Partial<Record<string, Handler>> = {}) =>
+  run(template, { imageId: 'ami-a' }, { prepare: () => AMI_PLAN, ...overrides });
+
 const modules = (outcome: Outcome) => outcome.calls.map((c) => c.module);
 const callsOf = (outcome: Outcome, module: string) => outcome.calls.filter((c) => c.module === module);
 
@@ -249,22 +259,7 @@ describe('the workflow, run with fake tasks', () => {
     expect(report.outcome).toBe('success');
     expect(report.image).toEqual({ imageId: null, warnings: [] });
     expect(report.fastSnapshotRestore).toEqual({ states: [] });
-    expect(Object.keys(report.timings).sort()).toEqual(
-      [
-        'start',
-        'prepare',
-        'listBlocks',
-        'launch',
-        'waitReady',
-        'attach',
-        'compaction',
-        'snapshot',
-        'registerImage',
-        'fastSnapshotRestore',
-        'teardown',
-        'report',
-      ].sort(),
-    );
+    expect(Object.keys(report.timings).sort()).toEqual(['start', ...PHASES].sort());
     expect(report.timings.registerImage).toBeNull();
     expect(report.timings.compaction).toBe('2026-01-01T00:00:00Z');
     // the report reads heldBlocks per volume from here
@@ -282,12 +277,8 @@ describe('the workflow, run with fake tasks', () => {
   });
 
   test('an AMI with fast snapshot restore AZs registers the image and enables FSR', async () => {
-    const plan = {
-      ...PLAN,
-      source: { kind: 'image', imageId: 'ami-a' },
-      fastSnapshotRestoreAzs: ['us-east-1a'],
-    };
-    const outcome = await run(template, { imageId: 'ami-a' }, { prepare: () => plan });
+    const plan = AMI_PLAN;
+    const outcome = await runAmi(template);
     expect(outcome.error).toBeUndefined();
     expect(modules(outcome).slice(-4)).toEqual([
       'register_image',
@@ -533,21 +524,11 @@ describe('the workflow, run with fake tasks', () => {
   });
 
   test('an error in Register image keeps the snapshots and skips to the warnings chain', async () => {
-    const plan = {
-      ...PLAN,
-      source: { kind: 'image', imageId: 'ami-a' },
-      fastSnapshotRestoreAzs: ['us-east-1a'],
-    };
-    const outcome = await run(
-      template,
-      { imageId: 'ami-a' },
-      {
-        prepare: () => plan,
-        register_image: () => {
-          throw new TaskError('ImageRegistrationFailed', 'RegisterImage: InvalidBlockDeviceMapping');
-        },
+    const outcome = await runAmi(template, {
+      register_image: () => {
+        throw new TaskError('ImageRegistrationFailed', 'RegisterImage: InvalidBlockDeviceMapping');
       },
-    );
+    });
     expect(outcome.error).toBeUndefined();
     expect(modules(outcome).slice(-3)).toEqual(['register_image', 'teardown', 'report']);
     expect(callsOf(outcome, 'enable_fast_snapshot_restore')).toEqual([]);
@@ -569,21 +550,11 @@ describe('the workflow, run with fake tasks', () => {
   });
 
   test('an error in Enable fast snapshot restore keeps the registered AMI too', async () => {
-    const plan = {
-      ...PLAN,
-      source: { kind: 'image', imageId: 'ami-a' },
-      fastSnapshotRestoreAzs: ['us-east-1a'],
-    };
-    const outcome = await run(
-      template,
-      { imageId: 'ami-a' },
-      {
-        prepare: () => plan,
-        enable_fast_snapshot_restore: () => {
-          throw new TaskError('FastSnapshotRestoreLimitExceeded', 'too many');
-        },
+    const outcome = await runAmi(template, {
+      enable_fast_snapshot_restore: () => {
+        throw new TaskError('FastSnapshotRestoreLimitExceeded', 'too many');
       },
-    );
+    });
     expect(outcome.error).toBeUndefined();
     expect(callsOf(outcome, 'teardown').map((c) => c.payload.keep)).toEqual([
       { snapshotIds: ['snap-new'], imageId: 'ami-new' },
