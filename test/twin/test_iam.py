@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import twin.context as context_module
 import twin.scenario as scenario_module
 from twin.iam import check as iam_check
 from twin.iam import resolve
@@ -23,7 +24,7 @@ def recorded_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     """One happy snapshot run; keeps the deployment and the emulator's recording of the calls."""
     captured: dict[str, Any] = {}
     keep = tmp_path_factory.mktemp("iam-calls")
-    real_deploy = scenario_module.deploy
+    real_deploy = context_module.deploy
 
     def deploy(emu: Any, out: Path) -> Any:
         captured["deployment"] = real_deploy(emu, out)
@@ -35,7 +36,7 @@ def recorded_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         return captured["deployment"]
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(scenario_module, "deploy", deploy)
+    mp.setattr(context_module, "deploy", deploy)
     try:
         out = tmp_path_factory.mktemp("iam") / "out"
         report = scenario_module.run(

@@ -1,0 +1,121 @@
+"""The checks of a twin run: each new snapshot's files and fsck against its source disk (and the
+block picture of both), the source unchanged, the new AMI's attributes and fast snapshot
+restores, every AWS call of the Lambdas against the synthesized roles; and `holds`, the
+invariants every case must keep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .context import Context
+from .emulator.blockstore import EBS_BLOCK, written_chunks
+from .emulator.server import Emulator
+from .facts import Run
+from .iam.check import check_calls
+from .source import Source, fingerprints
+from .verify import verify
+
+Panel = tuple[str, set[int], int]
+# The attributes a registered AMI must keep from its source image.
+AMI_KEYS = (
+    "Architecture", "RootDeviceName", "VirtualizationType", "BootMode",
+    "EnaSupport", "SriovNetSupport", "TpmSupport", "ImdsSupport",
+)  # fmt: skip
+
+
+@dataclass
+class Checks:
+    verification: list[dict[str, Any]]
+    new_chunks_total: int
+    panels: list[Panel]
+    source_unchanged: bool
+    image: dict[str, Any]
+    iam_denials: list[str]
+
+
+def check(ctx: Context, run: Run) -> Checks:
+    source = ctx.registered
+    unchanged = fingerprints(ctx.emu, source) == source.fingerprints
+    verification, new_chunks_total, panels = _verification(ctx, run)
+    image = _ami_check(ctx.emu, source, run.facts.new_image_id if run.facts else None)
+    # every call the Lambdas made, checked against the synthesized roles (conditions included)
+    denials = [str(denial) for denial in check_calls(ctx.emu.calls_path, ctx.d)]
+    return Checks(verification, new_chunks_total, panels, unchanged, image, denials)
+
+
+def _verification(ctx: Context, run: Run) -> tuple[list[dict[str, Any]], int, list[Panel]]:
+    emu, source = ctx.emu, ctx.registered
+    verification = []
+    new_chunks_total = 0
+    panels: list[Panel] = []
+    for index, sid in enumerate(source.snapshot_ids):
+        total = emu.snapshot_file(sid).stat().st_size // EBS_BLOCK
+        panels.append((f"before: {sid} ({run.source_chunks[sid]} blocks)",
+                       written_chunks(emu.snapshot_file(sid)), total))  # fmt: skip
+        match = [v for v in run.outputs if v.get("sourceSnapshotId") == sid]
+        new_id = match[0].get("newSnapshotId") if match else None
+        if new_id and new_id in emu.state.snapshot_files:
+            new_file = emu.snapshot_file(new_id)
+            chunks = written_chunks(new_file)
+            new_chunks_total += len(chunks)
+            panels.append((f"after: {new_id} ({len(chunks)} blocks)", chunks, total))
+            checked = verify(source.disks[index], new_file, ctx.work / f"verify-{index}")
+            verification.append(
+                {
+                    "sourceSnapshotId": sid,
+                    "newSnapshotId": new_id,
+                    "files_checked": checked.files_checked,
+                    "files_verified": checked.files_verified,
+                    "fsck_clean": checked.fsck_clean,
+                    "problems": checked.problems,
+                }
+            )
+    return verification, new_chunks_total, panels
+
+
+def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str, Any]:
+    if source.image_id is None:
+        return {}
+    ec2 = emu.boto3_client("ec2")
+    check: dict[str, Any] = {"new_image_id": image_id, "attributes_equal": False, "fsr": []}
+    if image_id is None or image_id not in emu.ec2.amis:
+        return check
+    old = ec2.describe_images(ImageIds=[source.image_id])["Images"][0]
+    new = ec2.describe_images(ImageIds=[image_id])["Images"][0]
+    differ = {k: (old.get(k), new.get(k)) for k in AMI_KEYS if old.get(k) != new.get(k)}
+    old_devices = sorted(m["DeviceName"] for m in old["BlockDeviceMappings"])
+    new_devices = sorted(m["DeviceName"] for m in new["BlockDeviceMappings"])
+    if old_devices != new_devices:
+        differ["BlockDeviceMappings"] = (old_devices, new_devices)
+    check["attribute_differences"] = {k: list(v) for k, v in differ.items()}
+    check["attributes_equal"] = not differ
+    new_snaps = [m["Ebs"]["SnapshotId"] for m in new["BlockDeviceMappings"] if "Ebs" in m]
+    if new_snaps:
+        fsr = ec2.describe_fast_snapshot_restores(
+            Filters=[{"Name": "snapshot-id", "Values": new_snaps}]
+        )["FastSnapshotRestores"]
+        check["fsr"] = [
+            {"snapshotId": f["SnapshotId"], "zone": f["AvailabilityZone"], "state": f["State"]}
+            for f in fsr
+        ]
+    return check
+
+
+def holds(row: dict[str, Any]) -> bool:
+    """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
+    roles, the source untouched, and once delivered
+    the new snapshots (and the AMI, if one was registered) still exist."""
+    if row["leaked_resources"] or row.get("iam_denials"):
+        return False
+    if not row["source_snapshot_unchanged"]:
+        return False
+    if row["delivered"]:
+        if (
+            row["new_snapshots_existing"] < len(row["new_snapshot_ids"])
+            or not row["new_snapshot_ids"]
+        ):
+            return False
+        if row.get("new_image_id") and not row["new_image_existing"]:
+            return False
+    return True
