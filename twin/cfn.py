@@ -225,3 +225,13 @@ class Resolver:
 
 def resources_of(template: dict[str, Any], kind: str) -> dict[str, Any]:
     return {k: r for k, r in template.get("Resources", {}).items() if r["Type"] == kind}
+
+
+def resolved_definition(r: Resolver, props: dict[str, Any]) -> dict[str, Any]:
+    """A state machine's definition (DefinitionString or Definition) with its intrinsics resolved
+    and its DefinitionSubstitutions applied."""
+    text = r.resolve(props.get("DefinitionString") or json.dumps(props.get("Definition")))
+    for key, value in r.resolve(props.get("DefinitionSubstitutions", {})).items():
+        text = text.replace("${" + key + "}", str(value))
+    definition: dict[str, Any] = json.loads(text)
+    return definition

@@ -28,6 +28,7 @@ from .cfn import (
     Rule,
     TemplateError,
     load_template,
+    resolved_definition,
     resources_of,
 )
 from .emulator import boot
@@ -137,10 +138,25 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     stack_name, template = load_template(cdk_out)
     d = Deployment(stack_name=stack_name, region=emu.region, account=emu.account)
     r = Resolver(template, d, params=Resolver.parameter_values(template))
-    ec2, ssm, logs = emu.boto3_client("ec2"), emu.boto3_client("ssm"), emu.boto3_client("logs")
-    prefix = f"arn:aws:lambda:{d.region}:{d.account}:function:"
-
     # Names and ARNs first: environments and the definition refer to them.
+    _name_resources(d, template)
+    _deploy_buckets(emu, d, r, template)
+    _deploy_network(emu, d, r, template)
+    _deploy_launch_templates(emu, d, r, template)
+    _deploy_logs_and_documents(emu, d, r, template)
+    _register_functions(d, r, template, cdk_out)
+    for res in resources_of(template, "AWS::StepFunctions::StateMachine").values():
+        d.definition = resolved_definition(r, res["Properties"])
+    _register_rules(d, r, template)
+    if not d.definition:
+        raise TemplateError("the template has no AWS::StepFunctions::StateMachine")
+    return d
+
+
+def _name_resources(d: Deployment, template: dict[str, Any]) -> None:
+    """The physical names and ARNs of the functions, state machines and buckets."""
+    stack_name = d.stack_name
+    prefix = f"arn:aws:lambda:{d.region}:{d.account}:function:"
     for logical, res in resources_of(template, "AWS::Lambda::Function").items():
         name = res["Properties"].get("FunctionName") or f"{stack_name}-{logical}"
         d.physical[logical] = name
@@ -156,6 +172,8 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
         d.physical[logical] = d.buckets[logical] = name
         d.arns[logical] = f"arn:aws:s3:::{name}"
 
+
+def _deploy_buckets(emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]) -> None:
     for logical, res in resources_of(template, "AWS::S3::Bucket").items():
         _deploy_bucket(emu, r, logical, d.buckets[logical], res)
     for logical, res in resources_of(template, "AWS::S3::BucketPolicy").items():
@@ -165,6 +183,10 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
         d.bucket_policies[props["Bucket"]] = props["PolicyDocument"]
         d.physical[logical] = props["Bucket"]
 
+
+def _deploy_network(emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]) -> None:
+    """The VPC, its subnets and security groups."""
+    ec2 = emu.boto3_client("ec2")
     for logical, res in resources_of(template, "AWS::EC2::VPC").items():
         cidr = r.resolve(res["Properties"].get("CidrBlock", "10.0.0.0/16"))
         d.physical[logical] = ec2.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
@@ -179,28 +201,41 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     for logical, res in resources_of(template, "AWS::EC2::SecurityGroup").items():
         props = r.resolve(res["Properties"])
         kwargs: dict[str, Any] = {
-            "GroupName": f"{stack_name}-{logical}",
+            "GroupName": f"{d.stack_name}-{logical}",
             "Description": props.get("GroupDescription", logical),
         }
         if props.get("VpcId"):
             kwargs["VpcId"] = props["VpcId"]
         d.physical[logical] = ec2.create_security_group(**kwargs)["GroupId"]
+
+
+def _deploy_launch_templates(
+    emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]
+) -> None:
+    ec2 = emu.boto3_client("ec2")
     for logical, res in resources_of(template, "AWS::EC2::LaunchTemplate").items():
         props = r.resolve(res["Properties"])
         data = dict(props["LaunchTemplateData"])
         data["ImageId"] = _image_for_launch_template(emu, data.get("ImageId", "resolve:ssm:"))
         # No IAM in the twin: the instance profile only grants what the emulator never checks.
         data.pop("IamInstanceProfile", None)
-        name = props.get("LaunchTemplateName") or f"{stack_name}-{logical}"
+        name = props.get("LaunchTemplateName") or f"{d.stack_name}-{logical}"
         created = ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData=data)
         d.physical[logical] = created["LaunchTemplate"]["LaunchTemplateId"]
+
+
+def _deploy_logs_and_documents(
+    emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]
+) -> None:
+    """The log groups and the Command document."""
+    ssm, logs = emu.boto3_client("ssm"), emu.boto3_client("logs")
     for logical, res in resources_of(template, "AWS::Logs::LogGroup").items():
-        name = res["Properties"].get("LogGroupName") or f"/twin/{stack_name}/{logical}"
+        name = res["Properties"].get("LogGroupName") or f"/twin/{d.stack_name}/{logical}"
         logs.create_log_group(logGroupName=name)
         d.physical[logical] = name
     for logical, res in resources_of(template, "AWS::SSM::Document").items():
         props = r.resolve(res["Properties"])
-        name = props.get("Name") or f"{stack_name}-{logical}"
+        name = props.get("Name") or f"{d.stack_name}-{logical}"
         content = props["Content"]
         ssm.create_document(
             Name=name,
@@ -211,6 +246,11 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
         d.physical[logical] = name
         d.document_name = name
 
+
+def _register_functions(
+    d: Deployment, r: Resolver, template: dict[str, Any], cdk_out: Path
+) -> None:
+    """Each Lambda function with its handler, environment and code from the cloud assembly."""
     for logical, res in resources_of(template, "AWS::Lambda::Function").items():
         props = r.resolve(res["Properties"])
         asset = res.get("Metadata", {}).get("aws:asset:path")
@@ -229,13 +269,9 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
             timeout=int(props.get("Timeout", 3)),
         )
 
-    for res in resources_of(template, "AWS::StepFunctions::StateMachine").values():
-        props = res["Properties"]
-        text = r.resolve(props.get("DefinitionString") or json.dumps(props.get("Definition")))
-        for key, value in r.resolve(props.get("DefinitionSubstitutions", {})).items():
-            text = text.replace("${" + key + "}", str(value))
-        d.definition = json.loads(text)
 
+def _register_rules(d: Deployment, r: Resolver, template: dict[str, Any]) -> None:
+    """The enabled EventBridge rules with an event pattern."""
     for logical, res in resources_of(template, "AWS::Events::Rule").items():
         props = r.resolve(res["Properties"])
         if "EventPattern" not in props or props.get("State", "ENABLED") != "ENABLED":
@@ -243,11 +279,8 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
         d.rules.append(
             Rule(
                 logical_id=logical,
-                name=props.get("Name") or f"{stack_name}-{logical}",
+                name=props.get("Name") or f"{d.stack_name}-{logical}",
                 pattern=props["EventPattern"],
                 targets=props.get("Targets", []),
             )
         )
-    if not d.definition:
-        raise TemplateError("the template has no AWS::StepFunctions::StateMachine")
-    return d

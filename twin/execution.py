@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cfn import Deployment, Resolver, load_template, resources_of
+from .cfn import Deployment, Resolver, load_template, resolved_definition, resources_of
 from .emulator.faults import StateFault
 from .emulator.server import Emulator
 
@@ -77,12 +77,10 @@ def state_machines(d: Deployment, cdk_out: Path) -> dict[str, Machine]:
     r = Resolver(template, d, params=Resolver.parameter_values(template))
     out: dict[str, Machine] = {}
     for logical, res in resources_of(template, "AWS::StepFunctions::StateMachine").items():
-        props = res["Properties"]
-        text = r.resolve(props.get("DefinitionString") or json.dumps(props.get("Definition")))
-        for key, value in r.resolve(props.get("DefinitionSubstitutions", {})).items():
-            text = text.replace("${" + key + "}", str(value))
         arn = d.arns[logical]
-        out[arn] = Machine(logical, arn, arn.rsplit(":", 1)[-1], json.loads(text))
+        out[arn] = Machine(
+            logical, arn, arn.rsplit(":", 1)[-1], resolved_definition(r, res["Properties"])
+        )
     return out
 
 
@@ -140,37 +138,14 @@ def execute(
         machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
                           deployment.definition)  # fmt: skip
     logdir.mkdir(parents=True, exist_ok=True)
-    env_common = {
-        **emu.client_env(),
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_DEV": "false",
-        **(env_overrides or {}),
-    }
-    functions = {
-        arn: {
-            "name": f.name,
-            "handler": f.handler,
-            "env": {**f.env, **env_common, **emu.function_credentials(f.name)},
-            "codeDir": str(f.code_dir),
-            "memory": f.memory,
-        }
-        for arn, f in deployment.functions.items()
-    }
     execution_arn = (
         f"arn:aws:states:{deployment.region}:{deployment.account}:execution:{machine.name}:{name}"
     )
     job = {
         "definition": machine.definition,
         "input": execution_input,
-        "context": {
-            "Execution": {
-                "Id": execution_arn,
-                "Name": name,
-                "RoleArn": f"arn:aws:iam::{deployment.account}:role/twin-state-machine",
-            },
-            "StateMachine": {"Id": machine.arn, "Name": machine.name},
-        },
-        "functions": functions,
+        "context": _context_object(deployment, machine, execution_arn, name),
+        "functions": _functions(emu, deployment, env_overrides),
         "python": sys.executable,
         "worker": str(WORKER),
         "logDir": str(logdir),
@@ -181,23 +156,10 @@ def execute(
         "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],
         "emulatorEndpoint": emu.endpoint,
     }
-    job_path, result_path = logdir / f"{name}.job.json", logdir / f"{name}.result.json"
-    job_path.write_text(json.dumps(job))
-    proc = subprocess.run(
-        ["node", str(RUNNER), str(job_path), str(result_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout_seconds,
-        env={**os.environ},
-    )
-    if proc.returncode != 0 or not result_path.exists():
-        raise RuntimeError(
-            f"the ASL runner failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    raw = json.loads(result_path.read_text())
+    raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
+                      timeout_seconds)  # fmt: skip
     events = raw["events"]
-    result = ExecutionResult(
+    return ExecutionResult(
         name=name,
         input=execution_input,
         status=raw["status"],
@@ -214,7 +176,64 @@ def execute(
         execution_arn=execution_arn,
         state_machine_arn=machine.arn,
     )
-    return result
+
+
+def _context_object(
+    deployment: Deployment, machine: Machine, execution_arn: str, name: str
+) -> dict[str, Any]:
+    """The parts of the Step Functions context object ($$) the definition reads."""
+    return {
+        "Execution": {
+            "Id": execution_arn,
+            "Name": name,
+            "RoleArn": f"arn:aws:iam::{deployment.account}:role/twin-state-machine",
+        },
+        "StateMachine": {"Id": machine.arn, "Name": machine.name},
+    }
+
+
+def _functions(
+    emu: Emulator, deployment: Deployment, env_overrides: dict[str, str] | None
+) -> dict[str, dict[str, Any]]:
+    """Each function as the runner's worker runs it: handler, code, environment (the template's,
+    the emulator's endpoint and the function's own credentials), memory."""
+    env_common = {
+        **emu.client_env(),
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_DEV": "false",
+        **(env_overrides or {}),
+    }
+    return {
+        arn: {
+            "name": f.name,
+            "handler": f.handler,
+            "env": {**f.env, **env_common, **emu.function_credentials(f.name)},
+            "codeDir": str(f.code_dir),
+            "memory": f.memory,
+        }
+        for arn, f in deployment.functions.items()
+    }
+
+
+def _run_runner(
+    job: dict[str, Any], job_path: Path, result_path: Path, timeout_seconds: int
+) -> dict[str, Any]:
+    """Write the job, run twin/runner/run.mjs on it, read what it wrote."""
+    job_path.write_text(json.dumps(job))
+    proc = subprocess.run(
+        ["node", str(RUNNER), str(job_path), str(result_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_seconds,
+        env={**os.environ},
+    )
+    if proc.returncode != 0 or not result_path.exists():
+        raise RuntimeError(
+            f"the ASL runner failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+    raw: dict[str, Any] = json.loads(result_path.read_text())
+    return raw
 
 
 def invoke_function(
