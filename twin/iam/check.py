@@ -166,24 +166,55 @@ def check_calls(
     modelled). `edit_policies` may change the callers' policies first (tests remove a grant)."""
     _, template = load_template(cdk_out or _cdk_out(deployment))
     r = _IamResolver(template, deployment, params=Resolver.parameter_values(template))
-    by_role = role_policies(template, r)
-    buckets = bucket_policies(template, r)
+    policies = _caller_policies(template, deployment, role_policies(template, r))
+    if edit_policies is not None:
+        edit_policies(policies)
     # ssm:GetParameters of the public AMI parameter is not simulated: its ARN has no account, which
     # iam-simulate's ARN validation rejects (stack.test.ts checks that statement statically).
     instance_role, _ = _launch_template_extras(template, r, deployment.region)
+    denials, requests, meta = _requests(
+        load_calls(recording_path), instance_role, bucket_policies(template, r)
+    )
+    if not requests:
+        return denials
+    for decision in _simulate(policies, requests):
+        if decision["decision"] == "Allowed":
+            continue
+        request = requests[decision["id"]]
+        caller, call = meta[decision["id"]]
+        reason = decision.get("reason") or ""
+        if request.get("why"):
+            reason = f"({request['why']}) {reason}".strip()
+        denials.append(
+            Denial(
+                caller, call, request["action"], request["resource"], decision["decision"], reason
+            )
+        )
+    return denials
 
+
+def _caller_policies(
+    template: dict[str, Any], deployment: Deployment, by_role: Policies
+) -> Policies:
+    """Function name -> the policies of its role (copies: check_calls' caller may edit them)."""
     policies: Policies = {}
     for fn in deployment.functions.values():
         role = _ref_name(template["Resources"][fn.logical_id]["Properties"].get("Role"))
         if role in by_role:
             policies[fn.name] = copy.deepcopy(by_role[role])
-    if edit_policies is not None:
-        edit_policies(policies)
+    return policies
 
+
+def _requests(
+    calls: list[dict[str, Any]], instance_role: str | None, buckets: dict[str, dict[str, Any]]
+) -> tuple[list[Denial], list[dict[str, Any]], list[tuple[str, str]]]:
+    """The simulator's requests for the recorded calls (each authorization, with what it implies
+    and the bucket policy of an S3 resource), the (caller, call) of each, and a denial for each
+    call the recorder could not model."""
     denials: list[Denial] = []
     requests: list[dict[str, Any]] = []
     meta: list[tuple[str, str]] = []
-    for entry in load_calls(recording_path):
+    for entry in calls:
         caller, call = entry["caller"], f"{entry['service']}:{entry['action']}"
         if "unmodelled" in entry:
             denials.append(Denial(caller, call, call, "?", "Error", entry["unmodelled"]))
@@ -199,9 +230,11 @@ def check_calls(
                 request["resourcePolicy"] = buckets[bucket]
             requests.append(request)
             meta.append((caller, call))
-    if not requests:
-        return denials
+    return denials, requests, meta
 
+
+def _simulate(policies: Policies, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decision of @cloud-copilot/iam-simulate (check.mjs) on each request."""
     with tempfile.TemporaryDirectory(prefix="twin-iam-") as tmp:
         job, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job.write_text(json.dumps({"policies": policies, "requests": requests}))
@@ -210,21 +243,8 @@ def check_calls(
         )
         if done.returncode != 0:
             raise RuntimeError(f"twin/iam/check.mjs failed:\n{done.stderr}")
-        decisions = json.loads(result.read_text())
-    for decision in decisions:
-        if decision["decision"] == "Allowed":
-            continue
-        request = requests[decision["id"]]
-        caller, call = meta[decision["id"]]
-        reason = decision.get("reason") or ""
-        if request.get("why"):
-            reason = f"({request['why']}) {reason}".strip()
-        denials.append(
-            Denial(
-                caller, call, request["action"], request["resource"], decision["decision"], reason
-            )
-        )
-    return denials
+        decisions: list[dict[str, Any]] = json.loads(result.read_text())
+    return decisions
 
 
 def _ctx_args(c: dict[str, Any]) -> dict[str, Any]:

@@ -212,52 +212,17 @@ def _run_instances(p: dict[str, Any], s: State) -> list[Context]:
     a = "ec2:RunInstances"
     specs = _tag_specs(p)
     template_id = p.get("LaunchTemplate", {}).get("LaunchTemplateId")
-    template = s.launch_template(template_id) if template_id else {}
     lt: dict[str, Any] = {}
     if template_id:
         lt = {"ec2:LaunchTemplate": s.ec2_arn("launch-template", template_id)}
     out = [
-        _ctx(
-            a,
-            "instance",
-            s.ec2_arn("instance", "*"),
-            s,
-            {**lt, **request_tags(specs.get("instance", {}))},
-        ),
-        _ctx(
-            a,
-            "volume",
-            s.ec2_arn("volume", "*"),
-            s,
-            {**lt, **request_tags(specs.get("volume", {}))},
-        ),
+        _ctx(a, "instance", s.ec2_arn("instance", "*"), s,
+             {**lt, **request_tags(specs.get("instance", {}))}),
+        _ctx(a, "volume", s.ec2_arn("volume", "*"), s,
+             {**lt, **request_tags(specs.get("volume", {}))}),
         _ctx(a, "network-interface", s.ec2_arn("network-interface", "*"), s, dict(lt)),
-    ]
-    image_id = p.get("ImageId") or template.get("ImageId")
-    if image_id:
-        out.append(
-            _ctx(
-                a,
-                "image",
-                s.ec2_arn("image", image_id, ""),
-                s,
-                {**lt, "ec2:Owner": s.image_owner(image_id)},
-            )
-        )
-    subnet = p.get("SubnetId")
-    if subnet:
-        out.append(
-            _ctx(
-                a, "subnet", s.ec2_arn("subnet", subnet), s, {**lt, **resource_tags(s.tags(subnet))}
-            )
-        )
-    groups = _as_list(p.get("SecurityGroupId")) or _as_list(template.get("SecurityGroupIds"))
-    for group in groups:
-        out.append(_ctx(a, "security-group", s.ec2_arn("security-group", group), s, dict(lt)))
-    if template_id:
-        out.append(
-            _ctx(a, "launch-template", s.ec2_arn("launch-template", template_id), s, dict(lt))
-        )
+    ]  # fmt: skip
+    out += _run_instances_references(p, s, template_id, lt)
     if p.get("InstanceMarketOptions", {}).get("MarketType") == "spot":
         out.append(
             _ctx(
@@ -269,6 +234,32 @@ def _run_instances(p: dict[str, Any], s: State) -> list[Context]:
             )
         )
     return out + _tag_on_create(a, p, s)
+
+
+def _run_instances_references(
+    p: dict[str, Any], s: State, template_id: str | None, lt: dict[str, Any]
+) -> list[Context]:
+    """What a RunInstances call uses, given or from its launch template: the image, the subnet,
+    the security groups and the launch template itself."""
+    a = "ec2:RunInstances"
+    template = s.launch_template(template_id) if template_id else {}
+    out = []
+    image_id = p.get("ImageId") or template.get("ImageId")
+    if image_id:
+        image_arn = s.ec2_arn("image", image_id, "")
+        out.append(_ctx(a, "image", image_arn, s, {**lt, "ec2:Owner": s.image_owner(image_id)}))
+    subnet = p.get("SubnetId")
+    if subnet:
+        subnet_arn = s.ec2_arn("subnet", subnet)
+        out.append(_ctx(a, "subnet", subnet_arn, s, {**lt, **resource_tags(s.tags(subnet))}))
+    groups = _as_list(p.get("SecurityGroupId")) or _as_list(template.get("SecurityGroupIds"))
+    for group in groups:
+        out.append(_ctx(a, "security-group", s.ec2_arn("security-group", group), s, dict(lt)))
+    if template_id:
+        out.append(
+            _ctx(a, "launch-template", s.ec2_arn("launch-template", template_id), s, dict(lt))
+        )
+    return out
 
 
 @resolver("ec2:CreateVolume")
