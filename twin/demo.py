@@ -27,6 +27,15 @@ def _mib(n: int | None) -> str:
 
 
 def summary(report: dict[str, Any]) -> str:
+    """The lines `make demo` prints: the run, what it made and checked, and the details."""
+    lines = _run_lines(report) + _result_lines(report) + _detail_lines(report)
+    lines.append(f"  report           {report['picture'].rsplit('/', 1)[0]}/report.json")
+    lines.append(f"  block picture    {report['picture']}")
+    return "\n".join(lines)
+
+
+def _run_lines(report: dict[str, Any]) -> list[str]:
+    """The scenario, the execution's end, the fault, the outcome, cleanup, trigger, states."""
     s = report["scenario"]
     lines = [
         f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}",
@@ -64,7 +73,12 @@ def summary(report: dict[str, Any]) -> str:
     states = report["states_visited"]
     if states:
         lines.append(f"  states visited   {len(states)}: " + " > ".join(_compress(states)))
-    lines += [
+    return lines
+
+
+def _result_lines(report: dict[str, Any]) -> list[str]:
+    """Blocks before and after, bytes moved, verification, leaks, the source, instances."""
+    return [
         f"  source snapshot  {report['source_snapshot_chunks']} written 512 KiB blocks "
         f"({_mib(report['source_snapshot_bytes'])})",
         f"  new snapshot     {report['new_snapshot_chunks']} written 512 KiB blocks "
@@ -89,6 +103,11 @@ def summary(report: dict[str, Any]) -> str:
             else ""
         ),
     ]
+
+
+def _detail_lines(report: dict[str, Any]) -> list[str]:
+    """Boot disks, IAM, time per state and phase, the new AMI, bad-input cases, notes."""
+    lines = []
     booted = [i["bootedFrom"] for i in report.get("transfer_instances", [])]
     if booted:
         lines.append(f"  booted from      {', '.join(booted)}")
@@ -115,9 +134,7 @@ def summary(report: dict[str, Any]) -> str:
         )
     for note in report.get("notes", []):
         lines.append(f"  note             {note}")
-    lines.append(f"  report           {report['picture'].rsplit('/', 1)[0]}/report.json")
-    lines.append(f"  block picture    {report['picture']}")
-    return "\n".join(lines)
+    return lines
 
 
 def _block_lists(report: dict[str, Any]) -> list[str]:
