@@ -214,11 +214,12 @@ def test_the_old_launch_of_the_demo_ami_through_the_stack_template_boots_the_use
     way (source snapshots mapped at launch): the instance boots from the source root, and the real
     sparsecopy refuses it, which the document reported as CompactionFailed."""
     from twin.deploy import deploy
-    from twin.scenario import Options, _register
+    from twin.options import Options
+    from twin.source import register
 
     d = deploy(emulator, cdk_out)
     ((template_id),) = [v for v in d.physical.values() if str(v).startswith("lt-")]
-    source = _register(emulator, Options(input="ami"), tmp_path / "work")
+    source = register(emulator, Options(input="ami"), tmp_path / "work")
     ec2, ssm = emulator.boto3_client("ec2"), emulator.boto3_client("ssm")
     assert emulator.state.transfer_image_id is not None
     old_mappings = [

@@ -12,7 +12,7 @@ from typing import Any
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot, Volume
-from moto.ec2.models.instances import Instance, InstanceBackend
+from moto.ec2.models.instances import Instance, InstanceBackend, StateReason
 from moto.ec2.models.tags import TagBackend
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
@@ -379,8 +379,6 @@ def _end_failed_launches(self: InstanceBackend) -> None:
                 if failure is None:
                     continue
                 instance.twin_launch_failure = None  # type: ignore[attr-defined]
-                from moto.ec2.models.instances import StateReason
-
                 self.terminate_instances([instance.id])
                 code, message = failure
                 instance.state_reason = StateReason(message, code)
@@ -390,10 +388,8 @@ def _end_failed_launches(self: InstanceBackend) -> None:
 def _terminate(self: Instance) -> Any:
     emu = _active()
     if emu is not None:
-        from .ssm_twin import stop_runs_on_instance
-
         # The instance's processes die with it, before its volumes go away.
-        stop_runs_on_instance(emu, self.id)
+        emu.stop_runs_on(self.id)
     return _orig["terminate"](self)
 
 
@@ -401,8 +397,6 @@ def interrupt_spot_instance(backend: InstanceBackend, instance_id: str) -> None:
     """What a Spot interruption looks like from the API: the instance terminates by itself."""
     instance = backend.get_instance(instance_id)
     backend.terminate_instances([instance_id])
-    from moto.ec2.models.instances import StateReason
-
     instance.state_reason = StateReason(
         "Server.SpotInstanceTermination: Spot instance termination",
         "Server.SpotInstanceTermination",

@@ -95,7 +95,7 @@ class Emulator:
     def stop(self) -> list[str]:
         """Tear everything down; returns why loop devices could not be detached (should be [])."""
         try:
-            ssm_twin.stop_all(self.state)
+            self.state.stop_all_runs()
         finally:
             stuck = self.state.loops.detach_all()
             if self._server is not None:

@@ -10,14 +10,11 @@ Pending/InProgress, then Success/Failed/TimedOut with the (cut) output.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,71 +25,15 @@ from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
 from . import state as st
+from .command_runs import CommandRun, kill, now
 from .ec2_twin import boot_disk, interrupt_spot_instance, volume_path
 
-STDOUT_LIMIT = 24_000  # StandardOutputContent is cut here by SSM
-STDERR_LIMIT = 8_000
 NVME_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
 # With the instance-lost fault, the instance disappears this long after its command started.
 INTERRUPT_AFTER_SECONDS = 0.5
 
 _orig: dict[str, Any] = {}
 _PARAM = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-@dataclass
-class CommandRun:
-    command_id: str
-    instance_id: str
-    document_name: str
-    script: str
-    timeout_seconds: int
-    rundir: Path
-    status: str = "Pending"
-    response_code: int = -1
-    stdout: str = ""
-    stderr: str = ""
-    started: datetime.datetime | None = None
-    ended: datetime.datetime | None = None
-    polls: int = 0
-    process: subprocess.Popen[str] | None = None
-    devices: list[str] = field(default_factory=list)
-    # the user's root filesystem, mounted as the instance's / (it booted from the user's disk)
-    root_mount: tuple[str, Path] | None = None
-    instance_gone: bool = False
-    thread: threading.Thread | None = None
-
-    def invocation(self) -> dict[str, Any]:
-        elapsed = ""
-        if self.started is not None:
-            end = self.ended or _now()
-            elapsed = f"PT{(end - self.started).total_seconds():.3f}S"
-        return {
-            "CommandId": self.command_id,
-            "InstanceId": self.instance_id,
-            "Comment": "",
-            "DocumentName": self.document_name,
-            "DocumentVersion": "$DEFAULT",
-            "PluginName": "aws:runShellScript",
-            "ResponseCode": self.response_code,
-            "ExecutionStartDateTime": self.started.isoformat() if self.started else "",
-            "ExecutionElapsedTime": elapsed,
-            "ExecutionEndDateTime": self.ended.isoformat() if self.ended else "",
-            "Status": self.status,
-            "StatusDetails": self.status,
-            "StandardOutputContent": self.stdout[:STDOUT_LIMIT],
-            "StandardOutputUrl": "",
-            "StandardErrorContent": self.stderr[:STDERR_LIMIT],
-            "StandardErrorUrl": "",
-            "CloudWatchOutputConfig": {
-                "CloudWatchLogGroupName": "",
-                "CloudWatchOutputEnabled": False,
-            },
-        }
 
 
 # --- document handling ------------------------------------------------------------------------
@@ -238,7 +179,7 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
             "LANG": "C.UTF-8",
             "SPARSECOPY_BY_ID_DIR": str(by_id),
         }
-        run.started = _now()
+        run.started = now()
         run.status = "InProgress"
         run.process = subprocess.Popen(
             ["bash", str(script)],
@@ -260,19 +201,19 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
         try:
             out, err = run.process.communicate(timeout=run.timeout_seconds)
         except subprocess.TimeoutExpired:
-            _kill(run)
+            kill(run)
             out, err = run.process.communicate()
             run.status = "TimedOut"
         run.stdout, run.stderr = out, err
         if run.instance_gone:
             # The agent died with the instance: nobody reports an end.
             return
-        run.ended = _now()
+        run.ended = now()
         run.response_code = run.process.returncode
         if run.status != "TimedOut":
             run.status = "Success" if run.response_code == 0 else "Failed"
     except Exception as error:  # the agent reports its own failures as a failed invocation
-        run.ended = _now()
+        run.ended = now()
         run.stderr += f"\ntwin: could not run the command: {error}\n"
         run.status = "Failed"
         run.response_code = 1
@@ -288,33 +229,6 @@ def _keep_output(emu: st.EmulatorState, run: CommandRun) -> None:
     stem = emu.command_log_dir / f"{run.command_id}-{run.instance_id}"
     stem.with_suffix(".stdout").write_text(run.stdout)
     stem.with_suffix(".stderr").write_text(run.stderr)
-
-
-def _kill(run: CommandRun) -> None:
-    if run.process is not None and run.process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.process.pid, signal.SIGKILL)
-
-
-def stop_runs_on_instance(emu: st.EmulatorState, instance_id: str) -> None:
-    """The instance is going away: kill what runs on it and free its devices."""
-    with emu.lock:
-        runs = [r for (_, iid), r in emu.runs.items() if iid == instance_id]
-    for run in runs:
-        if run.status in ("Pending", "InProgress"):
-            run.instance_gone = True
-            _kill(run)
-            if run.thread is not None and run.thread is not threading.current_thread():
-                run.thread.join(timeout=30)
-
-
-def stop_all(emu: st.EmulatorState) -> None:
-    with emu.lock:
-        runs = list(emu.runs.values())
-    for run in runs:
-        _kill(run)
-        if run.thread is not None:
-            run.thread.join(timeout=30)
 
 
 # --- patched API -----------------------------------------------------------------------------
@@ -397,7 +311,7 @@ def _describe_instance_information(self: SimpleSystemManagerResponse) -> ActionR
                 {
                     "InstanceId": instance.id,
                     "PingStatus": "Online",
-                    "LastPingDateTime": _now(),
+                    "LastPingDateTime": now(),
                     "AgentVersion": "3.3.0.0",
                     "IsLatestVersion": True,
                     "PlatformType": "Linux",

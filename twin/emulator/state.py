@@ -9,14 +9,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from devkit.loop import LoopDevices
 
+from .command_runs import CommandRun, stop
 from .faults import Faults
-
-if TYPE_CHECKING:
-    from .ssm_twin import CommandRun
 
 GIB = 1024**3
 # Polls a resource goes through before it settles (AWS answers "not yet" for a while).
@@ -67,6 +65,22 @@ class EmulatorState:
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+
+    def stop_runs_on(self, instance_id: str) -> None:
+        """The instance is going away: kill what runs on it and free its devices (the agent
+        dies with it: nobody reports an end)."""
+        with self.lock:
+            runs = [r for (_, iid), r in self.runs.items() if iid == instance_id]
+        for run in runs:
+            if run.status in ("Pending", "InProgress"):
+                run.instance_gone = True
+                stop(run)
+
+    def stop_all_runs(self) -> None:
+        with self.lock:
+            runs = list(self.runs.values())
+        for run in runs:
+            stop(run)
 
 
 ACTIVE: EmulatorState | None = None
