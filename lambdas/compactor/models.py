@@ -1,7 +1,8 @@
-"""Typed shapes of the JSON that the handlers take and return (docs/contract.md). Keys are
-camelCase because they travel through the state machine as they are."""
-
-from __future__ import annotations
+"""Typed shapes of the JSON the handlers take and return, for mypy. What each key means, and
+what is valid, is in contract/schemas/ (test/lambdas/test_schemas.py checks each TypedDict has
+its schema's keys, required keys and JSON types). Keys are camelCase because they travel through
+the state machine as they are. (No `from __future__ import annotations`: TypedDict needs the
+real NotRequired[...] to know which keys are optional.)"""
 
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -23,15 +24,13 @@ class SourceRef(TypedDict):
 class VolumePlan(TypedDict):
     index: int
     sourceSnapshotId: str
-    deviceName: str | None  # the device in the source AMI's mapping; None for a snapshot job
+    deviceName: str | None
     sizeGiB: int
-    encrypted: bool  # of the target volume and the new snapshot
-    kmsKeyId: str | None  # ARN of the target's key, None when unencrypted (= targetKmsKeyId)
-    # key of the target volume and the new snapshot; None with encrypted true = this account's
-    # EBS default key (a source encrypted with another account's key is re-encrypted)
+    encrypted: bool
+    kmsKeyId: str | None
     targetKmsKeyId: str | None
-    sourceKmsKeyId: str | None  # ARN of the source snapshot's key, None when unencrypted
-    sourceFullSizeBytes: int | None  # None while the snapshot is pending (or EC2 gives none)
+    sourceKmsKeyId: str | None
+    sourceFullSizeBytes: int | None
 
 
 class EbsMapping(TypedDict, total=False):
@@ -53,9 +52,6 @@ class DeviceMapping(TypedDict):
 
 
 class ImageSpec(TypedDict):
-    """Every RegisterImage attribute of the source AMI, plus what RegisterImage cannot set
-    (platformDetails, usageOperation, productCodes, deprecationTime) so register_image can warn."""
-
     imageId: str
     name: str
     description: str | None
@@ -95,13 +91,12 @@ class Plan(TypedDict):
     kmsKeyId: str | None
     imageName: str | None
     tags: dict[str, str]
-    # false while a source snapshot is pending: the workflow calls prepare again (bounded)
     sourcesReady: bool
     pendingSnapshotIds: list[str]
-    instanceTypes: list[str]  # transfer instance types in order of preference (sizing.py)
-    compactionPoll: CompactionPoll  # bound of the Check compaction loop (sizing.py)
+    instanceTypes: list[str]
+    compactionPoll: CompactionPoll
     bytesToCopy: int
-    notes: list[str]  # for the report, e.g. re-encryption with another key
+    notes: list[str]
 
 
 class FailedPool(TypedDict):
@@ -121,24 +116,22 @@ class InstanceResult(TypedDict):
 
 
 class BlockListVolume(TypedDict):
-    """One source snapshot's listing progress (compactor/source_blocks.py)."""
-
     index: int
     snapshotId: str
     done: bool
-    heldBlocks: int | None  # blocks listed so far; None when the snapshot could not be listed
+    heldBlocks: int | None
     volumeSizeGiB: int | None
     nextToken: str | None
     nextBlockIndex: int
-    parts: int  # part objects written
-    blockListError: str | None  # why EBS would not list it (the copy then reads without a list)
+    parts: int
+    blockListError: str | None
 
 
 class SourceBlocksResult(TypedDict):
     complete: bool
-    bundleKey: str | None  # the gzip tar the instance fetches, once complete
+    bundleKey: str | None
     volumes: list[BlockListVolume]
-    pages: int  # ListSnapshotBlocks pages read so far
+    pages: int
 
 
 class AttachedVolume(TypedDict):
@@ -186,7 +179,6 @@ class SnapshotItem(TypedDict):
 class SnapshotsResult(TypedDict):
     snapshots: list[SnapshotItem]
     completed: NotRequired[bool]
-    # a throttling/5xx answer this call got (not done yet; the poll loop asks again)
     transientError: NotRequired[str]
 
 
@@ -211,8 +203,7 @@ class TeardownResult(TypedDict):
     deletedVolumes: list[str]
     deletedSnapshots: list[str]
     deregisteredImages: list[str]
-    deletedObjects: list[str]  # keys of the execution's block lists in the stack's bucket
-    # delivered snapshots and their AMIs that teardown left in place on purpose
+    deletedObjects: list[str]
     keptSnapshots: list[str]
     keptImages: list[str]
     transientErrors: list[str]
@@ -227,8 +218,6 @@ class VolumeReport(TypedDict):
     sourceBytesRead: int | None
     targetBytesWritten: int | None
     writtenBlocks: int | None
-    # 512 KiB blocks the source snapshot holds (ListSnapshotBlocks) and how many the copy read;
-    # None when the snapshot could not be listed (blockListError says why)
     heldBlocks: int | None
     heldBlocksRead: int | None
     blockListError: str | None

@@ -4,14 +4,15 @@ launch template, the Command document, a KMS key; and the Lambda environment poi
 from __future__ import annotations
 
 import bisect
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from compactor import aws
+from compactor import aws, contract
 from moto import mock_aws
-from support import FakeLambdaContext, respond
+from support import FakeLambdaContext, checked_handler, respond
 
 REGION = "us-east-1"
 STACK = "compactor-test"
@@ -93,6 +94,14 @@ class World:
             },
             "images": {i["ImageId"] for i in self.ec2.describe_images(Owners=["self"])["Images"]},
         }
+
+
+@pytest.fixture(autouse=True)
+def _results_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every handler result any test gets satisfies its contract/schemas/results schema."""
+    for module in contract.task_modules():
+        imported = importlib.import_module(f"compactor.handlers.{module}")
+        monkeypatch.setattr(imported, "handler", checked_handler(module, imported.handler))
 
 
 @pytest.fixture(autouse=True)

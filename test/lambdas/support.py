@@ -4,12 +4,15 @@ give) is played back."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import fastjsonschema
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
+from compactor import schemas
 
 
 @dataclass
@@ -83,3 +86,32 @@ def amend(client: Any, operation: str, change: Callable[[dict[str, Any]], None])
         change(parsed)
 
     client.meta.events.register(f"after-call.{service}.{operation}", hook)
+
+
+@functools.cache
+def _validator(name: str) -> Callable[[Any], Any]:
+    # compiled once per test session (Powertools' validate compiles on every call); no defaults
+    # are filled in, so the checked value stays as the code made it
+    return fastjsonschema.compile(schemas.load(name), use_default=False)
+
+
+def assert_valid(data: Any, name: str) -> None:
+    """data satisfies contract/schemas/<name>; else AssertionError naming the first failure."""
+    try:
+        _validator(name)(data)
+    except fastjsonschema.JsonSchemaValueException as error:
+        raise AssertionError(
+            f"{name}: {error.message} (rule {error.rule}): {error.value!r}"
+        ) from None
+
+
+def checked_handler(module: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """handler, whose every result is checked against results/<module>.schema.json."""
+
+    @functools.wraps(handler)
+    def checked(event: Any, context: Any) -> Any:
+        result = handler(event, context)
+        assert_valid(result, schemas.result_schema(module))
+        return result
+
+    return checked
