@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint lint-docs docs demo bench clean
 setup: $(STAMPS)/apt $(STAMPS)/npm $(STAMPS)/venv
 
 $(STAMPS)/apt: scripts/apt-packages.txt scripts/install-apt.sh
@@ -26,7 +26,19 @@ $(STAMPS)/venv: requirements-dev.txt constraints.txt
 
 include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk
 
-lint: setup lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
+lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
+
+# Generated Markdown blocks match contract/ and the code (devkit/docs.py), every relative link
+# resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
+# --strict) by lint-devkit (mk/devkit.mk, run by lint-dataplane).
+lint-docs: setup
+	$(PY) -m devkit.docs --check
+	$(PY) -m devkit.links
+	$(PY) -m devkit.function_length
+
+# Rewrites every generated block (tables from contract/*.json, the size table, the workflow table).
+docs: setup
+	$(PY) -m devkit.docs
 
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup

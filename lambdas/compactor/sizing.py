@@ -3,8 +3,8 @@
 The copy reads every allocated block of each source volume and writes it to the target volume,
 one volume after the other; both cross the instance's EBS link, whose *baseline* bandwidth (what an
 instance can sustain for hours; the "up to" burst figure lasts 30 minutes a day) is what bounds a
-large job. So the size follows the bytes to copy (the table below, README "Limits"), and the time
-budget of the Check compaction loop follows the size's copy rate:
+large job. So the size follows the bytes to copy (the table below, docs/deploy.md "Limits"), and
+the time budget of the Check compaction loop follows the size's copy rate:
 
     copy rate     = min(baseline EBS throughput / 2 (read + write), gp3 throughput of the volumes)
     budget        = FIXED_OVERHEAD + bytes / copy rate x passes (2 with verify) x SAFETY_FACTOR
@@ -64,7 +64,7 @@ class SizeClass:
         return min(BASELINE_EBS_MBPS[t] for t in self.types(architecture))
 
 
-# the README's "Limits" table is generated from this one (tests/test_sizing.py keeps them equal)
+# docs/deploy.md's "Limits" table is generated from this one (python -m devkit.docs)
 SIZE_CLASSES = (
     SizeClass("large", 200),
     SizeClass("xlarge", 500),
@@ -156,7 +156,7 @@ def plan(bytes_to_copy: int, verify: bool, config: Config, refuse: bool = True) 
 
 
 def readme_table() -> str:
-    """The Markdown table of the README's "Limits" section."""
+    """The Markdown table of docs/deploy.md's "Limits" section (block `sizing`)."""
     rows = [
         "| bytes to copy | x86_64 | arm64 | baseline EBS bandwidth (slowest type) |",
         "|---|---|---|---|",

@@ -79,7 +79,7 @@ def test_every_other_error_class_of_the_contract_is_what_it_says() -> None:
 
 def test_limit_placeholders_name_known_limits() -> None:
     texts = [v["checked"] for v in contract.variables()] + [e["meaning"] for e in contract.errors()]
-    used = {name for text in texts for name in re.findall(r"\{([A-Za-z]+)\}", text)}
+    used = {name for text in texts for name in re.findall(r"\{([A-Za-z][A-Za-z0-9]*)\}", text)}
     assert used and used <= set(contract.limits())
 
 

@@ -17,7 +17,6 @@ from compactor.errors import JobTooLarge
 from test_config import VALID
 
 GIB = 1024**3
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def config(**env: str) -> Config:
@@ -145,13 +144,6 @@ def test_default_timeout_takes_16_tib_without_verify() -> None:
     chosen = sizing.plan(16 * 1024 * GIB, False, config())
     assert chosen.instance_types[0] == "m7i.8xlarge"
     assert chosen.budget_seconds + sizing.OTHER_PHASES_SECONDS <= 2880 * 60
-
-
-def test_readme_table_is_sizings_table() -> None:
-    text = README.read_text()
-    assert sizing.readme_table() in text, (
-        "README's size table differs from compactor/sizing.py; paste sizing.readme_table()"
-    )
 
 
 def test_frozen_config_replace_keeps_types() -> None:

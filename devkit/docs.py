@@ -1,0 +1,258 @@
+"""The generated blocks of the repository's Markdown, one home for each fact they restate.
+
+A block in a Markdown file:
+
+    <!-- BEGIN GENERATED: <name> (python -m devkit.docs) -->
+    ...
+    <!-- END GENERATED: <name> -->
+
+`python -m devkit.docs` rewrites every block from the renderer registered under its name (contract
+tables from contract/*.json, the size table from compactor.sizing, docs/workflow.md's table from
+devkit.workflow_table, the twin's report fields from twin.report); `--check` changes nothing and
+exits 1 naming each file and block that differs (`make lint` runs it). A block whose name is not
+registered is an error too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = ROOT / "contract"
+# compactor (the Lambda package) imports from lambdas/, as Lambda imports from its code root
+LAMBDAS = ROOT / "lambdas"
+BLOCK = re.compile(
+    r"(?P<begin><!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) \(python -m devkit\.docs\) -->\n)"
+    r"(?P<body>.*?)"
+    r"(?P<end><!-- END GENERATED: (?P=name) -->)",
+    re.DOTALL,
+)
+SKIP_DIRS = {"node_modules", ".venv", "cdk.out", "out", ".git", ".stamps"}
+
+
+def contract(name: str) -> Any:
+    with (CONTRACT / f"{name}.json").open(encoding="utf-8") as file:
+        return json.load(file)
+
+
+def number(value: float) -> str:
+    """1000 -> 1,000; 0.25 -> 0.25."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def with_limits(text: str) -> str:
+    """`{gp3MaxIops}` in contract prose -> 80,000."""
+    limits = contract("limits")["limits"]
+    name = re.compile(r"\{([A-Za-z][A-Za-z0-9]*)\}")
+    return name.sub(lambda m: number(limits[m.group(1)]["value"]), text)
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def payload_text(payload: Any) -> str:
+    """A Task state's payload as the state machine renders it: JSONPaths bare, literals as JSON."""
+    if payload == "$":
+        return "the whole state"
+    if isinstance(payload, dict):
+        return "{" + ", ".join(f'"{k}": {payload_text(v)}' for k, v in payload.items()) + "}"
+    if isinstance(payload, str) and payload.startswith("$"):
+        return payload
+    return json.dumps(payload)
+
+
+def payload_cell(payload: Any) -> str:
+    return "the whole state" if payload == "$" else f"`{payload_text(payload)}`"
+
+
+def tasks_table() -> str:
+    """docs/contract.md: each Lambda, its timeout and every Task state calling it."""
+    rows = []
+    for task in contract("tasks")["tasks"]:
+        states = task["states"] or [None]
+        for state in states:
+            rows.append(
+                [
+                    f"`{task['module']}`",
+                    f"{task['timeoutSeconds']} s",
+                    f"{state['state']} ({state['stateMachine']})" if state else "—",
+                    payload_cell(state["payload"]) if state else task["summary"],
+                    f"`{state['resultPath']}`" if state else "—",
+                ]
+            )
+    return table(["module", "Lambda timeout", "Task state", "payload", "result path"], rows)
+
+
+def task_summaries() -> str:
+    """docs/contract.md: one line per Lambda saying what it does."""
+    return (
+        "\n".join(f"- `{t['module']}`: {t['summary']}" for t in contract("tasks")["tasks"])
+        + "\n\nPhases (keys of `$.timings` besides `start`): "
+        + ", ".join(f"`{p}`" for p in contract("tasks")["phases"])
+        + ". Poll loop counters (keys of `$.polls`): "
+        + ", ".join(f"`{p}`" for p in contract("tasks")["pollLoops"])
+        + "."
+    )
+
+
+def environment_table() -> str:
+    rows = [
+        [
+            f"`{v['name']}`",
+            ", ".join("every workflow task" if f == "workflow" else f for f in v["functions"]),
+            v["readBy"],
+            with_limits(v["description"]),
+            with_limits(v["checked"]),
+        ]
+        for v in contract("environment")["variables"]
+    ]
+    return table(["variable", "set on", "read by", "meaning", "checked"], rows)
+
+
+def limits_table() -> str:
+    rows = [
+        [f"`{name}`", f"{number(limit['value'])} {limit['unit']}", limit["description"]]
+        for name, limit in contract("limits")["limits"].items()
+    ]
+    return table(["limit", "value", "meaning"], rows)
+
+
+def errors_table() -> str:
+    kinds = {"CompactorError": "expected", None: "state machine"}
+    rows = [
+        [
+            f"`{e['name']}`",
+            kinds.get(e["class"], f"other ({e['class']})"),
+            e["raisedBy"],
+            with_limits(e["meaning"]),
+        ]
+        for e in contract("errors")["errors"]
+    ]
+    return table(["error", "kind", "raised by", "meaning / what to do"], rows)
+
+
+def schema_type(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return " or ".join(f"`{json.dumps(v)}`" for v in prop["enum"])
+    kinds = prop.get("type", "any")
+    return " or ".join(kinds) if isinstance(kinds, list) else str(kinds)
+
+
+def schema_bounds(prop: dict[str, Any]) -> str:
+    words = {
+        "minimum": "≥ {}",
+        "maximum": "≤ {}",
+        "maxProperties": "at most {} keys",
+        "uniqueItems": "no repeats",
+        "pattern": "`{}`",
+    }
+    return "; ".join(
+        template.format(prop[key])
+        for key, template in words.items()
+        if prop.get(key) not in (None, False)
+    )
+
+
+def execution_input_table() -> str:
+    """docs/contract.md: the execution input's keys, from its JSON Schema."""
+    schema = contract("schemas/execution-input.schema")
+    rows = [
+        [
+            f"`{key}`",
+            schema_type(prop),
+            f"`{json.dumps(prop['default'])}`" if "default" in prop else "—",
+            prop.get("description", ""),
+            schema_bounds(prop),
+        ]
+        for key, prop in schema["properties"].items()
+    ]
+    return table(["key", "type", "default", "meaning", "checked"], rows)
+
+
+def imported(module: str, function: str) -> Callable[[], str]:
+    """A renderer living in another module, imported only when its block is rendered."""
+
+    def render() -> str:
+        if str(LAMBDAS) not in sys.path:
+            sys.path.append(str(LAMBDAS))
+        result: str = getattr(importlib.import_module(module), function)()
+        return result
+
+    return render
+
+
+REGISTRY: dict[str, Callable[[], str]] = {
+    "contract-tasks": tasks_table,
+    "contract-task-summaries": task_summaries,
+    "contract-environment": environment_table,
+    "contract-limits": limits_table,
+    "contract-errors": errors_table,
+    "contract-execution-input": execution_input_table,
+    "sizing": imported("compactor.sizing", "readme_table"),
+    "workflow": imported("devkit.workflow_table", "workflow_table"),
+    "twin-report-fields": imported("twin.report", "fields_table"),
+}
+
+
+def markdown_files(root: Path = ROOT) -> Iterator[Path]:
+    for path in sorted(root.rglob("*.md")):
+        if not SKIP_DIRS.intersection(path.relative_to(root).parts):
+            yield path
+
+
+def regenerate(text: str, rendered: dict[str, str]) -> tuple[str, list[str]]:
+    """The text with every block rewritten, and the names of the blocks that changed."""
+    changed: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in REGISTRY:
+            raise KeyError(f"no renderer registered for generated block {name!r} (devkit/docs.py)")
+        if name not in rendered:
+            rendered[name] = REGISTRY[name]().rstrip("\n") + "\n"
+        if match["body"] != rendered[name]:
+            changed.append(name)
+        return match["begin"] + rendered[name] + match["end"]
+
+    return BLOCK.sub(replace, text), changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devkit.docs", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 on drift")
+    args = parser.parse_args(argv)
+    rendered: dict[str, str] = {}
+    drift = []
+    for path in markdown_files():
+        text = path.read_text(encoding="utf-8")
+        new, changed = regenerate(text, rendered)
+        drift += [f"{path.relative_to(ROOT)}: block {name}" for name in changed]
+        if changed and not args.check:
+            path.write_text(new, encoding="utf-8")
+    verb = "differs from what python -m devkit.docs generates" if args.check else "rewritten"
+    for line in drift:
+        print(f"{line} {verb}", file=sys.stderr if args.check else sys.stdout)
+    if args.check and drift:
+        print("run `make docs` (python -m devkit.docs) and commit the result", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
