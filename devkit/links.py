@@ -30,14 +30,14 @@ def slug(heading: str) -> str:
 
 
 def _prose_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line without inline code) of every line outside fenced code blocks."""
+    """(line number, line) of every line outside fenced code blocks."""
     fenced = False
     for number, line in enumerate(text.splitlines(), start=1):
         if FENCE.match(line):
             fenced = not fenced
             continue
         if not fenced:
-            yield number, INLINE_CODE.sub("", line)
+            yield number, line
 
 
 def anchors(path: Path) -> set[str]:
@@ -71,7 +71,7 @@ def _check_anchor(target: Path, anchor: str) -> str | None:
 def problems(path: Path, root: Path = ROOT) -> Iterator[str]:
     """One message per broken relative link in the Markdown file `path`."""
     for number, line in _prose_lines(path.read_text()):
-        for match in LINK.finditer(line):
+        for match in LINK.finditer(INLINE_CODE.sub("", line)):
             link = match[1]
             if EXTERNAL.match(link):
                 continue

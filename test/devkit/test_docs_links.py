@@ -20,8 +20,8 @@ def test_slug_is_githubs_anchor() -> None:
 
 def test_anchors_number_repeated_headings_and_skip_code_blocks(tmp_path: Path) -> None:
     doc = tmp_path / "a.md"
-    doc.write_text("# Top\n## Part\n## Part\n```\n# not a heading\n```\n")
-    assert anchors(doc) == {"top", "part", "part-1"}
+    doc.write_text("# Top\n## Part\n## Part\n```\n# not a heading\n```\n## `job`: the run\n")
+    assert anchors(doc) == {"top", "part", "part-1", "job-the-run"}
 
 
 def test_problems_name_each_broken_link_and_nothing_else(tmp_path: Path) -> None:
