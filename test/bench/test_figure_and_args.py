@@ -4,16 +4,10 @@ from pathlib import Path
 import pytest
 
 from bench.allocation import Allocation
+from bench.args import parse_args, parse_disks, parse_filesystems, parse_size
 from bench.disk import Disk, Layout, Part
 from bench.figure import cell_fractions, render
-from bench.run import (
-    check_allocation,
-    held_counts,
-    parse_args,
-    parse_disks,
-    parse_filesystems,
-    parse_size,
-)
+from bench.measure import check_allocation, held_counts
 from bench.system import BenchError
 
 
