@@ -20,12 +20,12 @@ import boto3
 import pytest
 from botocore.config import Config
 
-import twin.scenario as scenario
 from twin.cfn import Deployment
 from twin.deploy import deploy
 from twin.emulator.blockstore import EBS_BLOCK
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
+from twin.facts import leaks
 from twin.iam import check as iam_check
 from twin.iam.check import Denial
 
@@ -326,12 +326,12 @@ def test_the_leak_check_counts_objects_left_in_the_bucket(stack: dict[str, Any])
     emu, d = stack["emu"], stack["d"]
     name = d.buckets[BUCKET]
     s3 = emu.boto3_client("s3")
-    assert not [x for x in scenario._leaks(emu, "exec-2", set(), None) if x.startswith("object ")]
+    assert not [x for x in leaks(emu, "exec-2", set(), None) if x.startswith("object ")]
     s3.put_object(Bucket=name, Key="exec-2/parts/volume-0/000000.json", Body=b"[]")
-    leaks = scenario._leaks(emu, "exec-2", set(), None)
-    assert f"object s3://{name}/exec-2/parts/volume-0/000000.json" in leaks
+    left = leaks(emu, "exec-2", set(), None)
+    assert f"object s3://{name}/exec-2/parts/volume-0/000000.json" in left
     s3.delete_object(Bucket=name, Key="exec-2/parts/volume-0/000000.json")
-    assert not [x for x in scenario._leaks(emu, "exec-2", set(), None) if x.startswith("object ")]
+    assert not [x for x in leaks(emu, "exec-2", set(), None) if x.startswith("object ")]
 
 
 # --- IAM ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import twin.scenario as scenario_module
+import twin.context as context_module
 from twin import demo
 from twin.iam.check import load_calls
 from twin.scenario import Options, run
@@ -65,7 +65,7 @@ def test_an_abort_after_listing_leaves_no_object(
 ) -> None:
     """The bundle exists when the run is aborted; the cleanup workflow's teardown deletes it."""
     kept = tmp_path / "calls.jsonl"
-    real_deploy = scenario_module.deploy
+    real_deploy = context_module.deploy
 
     def deploy(emu: Any, out: Path) -> Any:
         deployment = real_deploy(emu, out)
@@ -73,7 +73,7 @@ def test_an_abort_after_listing_leaves_no_object(
         emu.iam_recorder.path = kept
         return deployment
 
-    monkeypatch.setattr(scenario_module, "deploy", deploy)
+    monkeypatch.setattr(context_module, "deploy", deploy)
     report = scenario(cdk_out, tmp_path, fault="abort@Attach volumes")
     assert report["execution_status"] == "ABORTED"
     assert report["cleanup"] == "SUCCEEDED", report["cleanup_runs"]
