@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING
 
-from compactor import aws, fast_snapshot_restore, images, kms, sizing, snapshots, tags
+from compactor import aws, contract, fast_snapshot_restore, images, kms, sizing, snapshots, tags
 from compactor.config import Config
 from compactor.errors import InvalidInput, SnapshotArchived, TooManyVolumes, VolumeTooLarge
 from compactor.models import ImageSpec, Plan, SourceRef, VolumePlan
@@ -24,8 +24,6 @@ from compactor.validation import ExecutionInput, parse_execution_input
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import SnapshotTypeDef, TagTypeDef
-
-MAX_VOLUMES = 10  # source /dev/sdf.. and target /dev/sdp.. leave room for 10 pairs
 
 
 def plan(
@@ -42,33 +40,9 @@ def plan(
         if request.kms_key_id
         else None
     )
-    image: ImageSpec | None = None
-    mappings: list[tuple[str | None, str]]
-    if request.image_id is not None:
-        source_image = images.describe_source(request.image_id)
-        image = images.capture(
-            source_image, images.uefi_data(request.image_id), config.trigger_tag_key
-        )
-        mappings = list(images.snapshot_mappings(image))
-        source: SourceRef = {"kind": "image", "imageId": request.image_id}
-    else:
-        assert request.snapshot_id is not None
-        mappings = [(None, request.snapshot_id)]
-        source = {"kind": "snapshot", "snapshotId": request.snapshot_id}
-    if len(mappings) > MAX_VOLUMES:
-        raise TooManyVolumes(
-            f"AMI {request.image_id} has {len(mappings)} EBS volumes from snapshots; one job "
-            f"handles at most {MAX_VOLUMES}"
-        )
-    if not mappings:
-        raise InvalidInput(f"AMI {request.image_id} has no EBS volume backed by a snapshot")
+    source, image, mappings = _source(request, config)
     sources = [snapshots.describe_source(snapshot_id) for _, snapshot_id in mappings]
-    for source_snapshot in sources:
-        _check_tag_count(
-            source_snapshot.get("Tags"), request.tags, config, source_snapshot["SnapshotId"]
-        )
-    if image is not None:
-        _check_tag_count(tags.to_aws(image["tags"]), request.tags, config, image["imageId"])
+    _check_tag_counts(sources, image, request, config)
     this_account = cache(lambda: account_id or kms.caller_account())
     notes: list[str] = []
     volumes = [
@@ -110,6 +84,46 @@ def plan(
         "bytesToCopy": bytes_to_copy,
         "notes": notes,
     }
+
+
+def _source(
+    request: ExecutionInput, config: Config
+) -> tuple[SourceRef, ImageSpec | None, list[tuple[str | None, str]]]:
+    """What to compact, the source AMI's attributes (None for a snapshot) and the (device name,
+    snapshot id) of each source volume."""
+    if request.image_id is None:
+        assert request.snapshot_id is not None
+        return (
+            {"kind": "snapshot", "snapshotId": request.snapshot_id},
+            None,
+            [(None, request.snapshot_id)],
+        )
+    source_image = images.describe_source(request.image_id)
+    image = images.capture(source_image, images.uefi_data(request.image_id), config.trigger_tag_key)
+    mappings: list[tuple[str | None, str]] = list(images.snapshot_mappings(image))
+    most = contract.limit("maxVolumesPerJob")
+    if len(mappings) > most:
+        raise TooManyVolumes(
+            f"AMI {request.image_id} has {len(mappings)} EBS volumes from snapshots; one job "
+            f"handles at most {most}"
+        )
+    if not mappings:
+        raise InvalidInput(f"AMI {request.image_id} has no EBS volume backed by a snapshot")
+    return {"kind": "image", "imageId": request.image_id}, image, mappings
+
+
+def _check_tag_counts(
+    sources: Sequence[SnapshotTypeDef],
+    image: ImageSpec | None,
+    request: ExecutionInput,
+    config: Config,
+) -> None:
+    for source_snapshot in sources:
+        _check_tag_count(
+            source_snapshot.get("Tags"), request.tags, config, source_snapshot["SnapshotId"]
+        )
+    if image is not None:
+        _check_tag_count(tags.to_aws(image["tags"]), request.tags, config, image["imageId"])
 
 
 def _check_restore_expiry(sources: Sequence[SnapshotTypeDef], budget_seconds: int) -> None:

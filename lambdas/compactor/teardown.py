@@ -263,22 +263,7 @@ def _outputs(
         if image.get("State") not in _GONE_IMAGE_STATES
         and _owned(image, stack_name, execution_name)
     ]
-    used_by_kept_images: set[str] = set()
-    for image in images:
-        image_id = image["ImageId"]
-        image_snapshots = set(_image_snapshot_ids(image))
-        if image_id == keep.image_id or delivered or image_snapshots & keep.snapshot_ids:
-            # an AMI exists only after delivery: once anything is delivered, every AMI stays
-            progress.kept_images.append(image_id)
-            used_by_kept_images |= image_snapshots
-            continue
-        _delete(
-            "DeregisterImage",
-            lambda resource_id: aws.ec2().deregister_image(ImageId=resource_id),
-            image_id,
-            progress.deregistered_images,
-            progress,
-        )
+    used_by_kept_images = _images(images, delivered, keep, progress)
     for snapshot in snapshots:
         snapshot_id = snapshot["SnapshotId"]
         if (
@@ -295,6 +280,29 @@ def _outputs(
             progress.deleted_snapshots,
             progress,
         )
+
+
+def _images(
+    images: Sequence[Mapping[str, Any]], delivered: set[str], keep: Keep, progress: _Progress
+) -> set[str]:
+    """Deregisters the execution's AMIs but those to keep; returns the snapshots the kept ones
+    use. An AMI exists only after delivery: once anything is delivered, every AMI stays."""
+    used_by_kept_images: set[str] = set()
+    for image in images:
+        image_id = image["ImageId"]
+        image_snapshots = set(_image_snapshot_ids(image))
+        if image_id == keep.image_id or delivered or image_snapshots & keep.snapshot_ids:
+            progress.kept_images.append(image_id)
+            used_by_kept_images |= image_snapshots
+            continue
+        _delete(
+            "DeregisterImage",
+            lambda resource_id: aws.ec2().deregister_image(ImageId=resource_id),
+            image_id,
+            progress.deregistered_images,
+            progress,
+        )
+    return used_by_kept_images
 
 
 def _image_snapshot_ids(image: Mapping[str, Any]) -> Iterator[str]:

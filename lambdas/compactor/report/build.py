@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from compactor import snapshots
+from compactor import contract, snapshots
 from compactor.models import (
     ErrorInfo,
     FastSnapshotRestoreState,
@@ -24,19 +24,8 @@ from compactor.models import (
 # EBS stores snapshots in blocks of 512 KiB and FullSnapshotSizeInBytes counts whole blocks
 EBS_SNAPSHOT_BLOCK_BYTES = 512 * 1024
 
-PHASES = (
-    "prepare",
-    "listBlocks",
-    "launch",
-    "waitReady",
-    "attach",
-    "compaction",
-    "snapshot",
-    "registerImage",
-    "fastSnapshotRestore",
-    "teardown",
-    "report",
-)
+# the phases the state's `timings` holds a start for (contract/tasks.json)
+PHASES = contract.phases()
 OUTCOMES: tuple[ReportOutcome, ...] = get_args(ReportOutcome)
 # state keys holding an error that did not end the execution: the warnings chain's, and the
 # error of a teardown that did not finish after the outcome was decided
@@ -45,52 +34,19 @@ WARNING_KEYS = ("warning", "teardownError")
 
 def build(state: Mapping[str, Any], now: datetime) -> Report:
     plan = _mapping(state.get("plan"))
-    outcome = _outcome(state)
     new_ids = _new_snapshot_ids(state)
     existing = snapshots.describe_new(sorted(set(new_ids.values())))
     copied = _copy_summaries(state)
     listed = _block_lists(state)
-    volumes: list[VolumeReport] = []
-    for volume in plan.get("volumes", []):
-        index = volume["index"]
-        new_id = new_ids.get(index)
-        found = existing.get(new_id) if new_id else None
-        new_size = found["fullSizeBytes"] if found else None
-        summary = copied.get(index, {})
-        listing = listed.get(index, {})
-        volumes.append(
-            {
-                "index": index,
-                "sourceSnapshotId": volume["sourceSnapshotId"],
-                # a snapshot that teardown deleted after a failure is not reported as new
-                "newSnapshotId": new_id if found else None,
-                "sourceFullSizeBytes": volume.get("sourceFullSizeBytes"),
-                "newFullSizeBytes": new_size,
-                "sourceBytesRead": _int_or_none(summary.get("source_bytes_read")),
-                "targetBytesWritten": _int_or_none(summary.get("target_bytes_written")),
-                "writtenBlocks": (
-                    (new_size + EBS_SNAPSHOT_BLOCK_BYTES - 1) // EBS_SNAPSHOT_BLOCK_BYTES
-                    if new_size is not None
-                    else None
-                ),
-                "heldBlocks": _int_or_none(listing.get("heldBlocks")),
-                "heldBlocksRead": _int_or_none(summary.get("held_blocks_read")),
-                "blockListError": (
-                    str(listing["blockListError"]) if listing.get("blockListError") else None
-                ),
-            }
-        )
+    volumes = [
+        _volume(volume, new_ids, existing, copied.get(volume["index"], {}), listed)
+        for volume in plan.get("volumes", [])
+    ]
     new_snapshot_ids = [new_ids[index] for index in sorted(new_ids) if new_ids[index] in existing]
-    completed = _mapping(state.get("snapshots")).get("completed") is True
-    delivered = (
-        bool(new_ids)
-        and len(new_snapshot_ids) == len(new_ids)
-        and (completed or all(existing[i]["delivered"] for i in new_snapshot_ids))
-    )
     timings = _timings(state.get("timings"))
     start = timings.get("start")
     return {
-        "outcome": outcome,
+        "outcome": _outcome(state),
         "executionName": state.get("executionName") or plan.get("executionName"),
         "source": plan.get("source") or _source_from_input(state.get("input")),
         "volumes": volumes,
@@ -100,10 +56,61 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         "totalSeconds": round((now - start).total_seconds(), 3) if start else None,
         "error": _error(state.get("error")),
         "warnings": [w for w in (_error(state.get(key)) for key in WARNING_KEYS) if w],
-        "delivered": delivered,
+        "delivered": _delivered(state, new_ids, new_snapshot_ids, existing),
         "newSnapshotIds": new_snapshot_ids,
         "notes": [str(n) for n in plan.get("notes") or [] if isinstance(n, str)],
     }
+
+
+def _volume(
+    volume: Mapping[str, Any],
+    new_ids: Mapping[int, str],
+    existing: Mapping[str, snapshots.NewSnapshotState],
+    summary: Mapping[str, Any],
+    listed: Mapping[int, Mapping[str, Any]],
+) -> VolumeReport:
+    """One plan volume: its new snapshot (if it still exists), the copy's counts, its block list."""
+    index = volume["index"]
+    new_id = new_ids.get(index)
+    found = existing.get(new_id) if new_id else None
+    new_size = found["fullSizeBytes"] if found else None
+    listing = listed.get(index, {})
+    return {
+        "index": index,
+        "sourceSnapshotId": volume["sourceSnapshotId"],
+        # a snapshot that teardown deleted after a failure is not reported as new
+        "newSnapshotId": new_id if found else None,
+        "sourceFullSizeBytes": volume.get("sourceFullSizeBytes"),
+        "newFullSizeBytes": new_size,
+        "sourceBytesRead": _int_or_none(summary.get("source_bytes_read")),
+        "targetBytesWritten": _int_or_none(summary.get("target_bytes_written")),
+        "writtenBlocks": (
+            (new_size + EBS_SNAPSHOT_BLOCK_BYTES - 1) // EBS_SNAPSHOT_BLOCK_BYTES
+            if new_size is not None
+            else None
+        ),
+        "heldBlocks": _int_or_none(listing.get("heldBlocks")),
+        "heldBlocksRead": _int_or_none(summary.get("held_blocks_read")),
+        "blockListError": (
+            str(listing["blockListError"]) if listing.get("blockListError") else None
+        ),
+    }
+
+
+def _delivered(
+    state: Mapping[str, Any],
+    new_ids: Mapping[int, str],
+    new_snapshot_ids: list[str],
+    existing: Mapping[str, snapshots.NewSnapshotState],
+) -> bool:
+    """Every new snapshot exists and check_snapshots said completed (or each is tagged
+    delivered, when the state lost that answer)."""
+    completed = _mapping(state.get("snapshots")).get("completed") is True
+    return (
+        bool(new_ids)
+        and len(new_snapshot_ids) == len(new_ids)
+        and (completed or all(existing[i]["delivered"] for i in new_snapshot_ids))
+    )
 
 
 def _block_lists(state: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
