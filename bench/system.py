@@ -80,12 +80,8 @@ class Resources:
         read_only: bool = False,
         direct_io: bool = False,
     ) -> str:
-        """A loop device over `backing` (a file, or another loop device to stack on it).
-
-        `direct_io`: the loop device reads and writes its backing with O_DIRECT, so a device
-        stacked on another passes each request straight through, with no second page cache
-        and no second read-ahead in between.
-        """
+        """A loop device over `backing` (a file, or another loop device to stack on it; see
+        devkit.loop.attach for `direct_io`)."""
         try:
             return self._loops.attach(
                 backing, offset, size, read_only=read_only, direct_io=direct_io

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_emulator import _wait_invocation  # type: ignore[import-not-found]
+from twin_helpers import shell_document
+from twin_helpers import wait_invocation as _wait_invocation
 
 from twin import disks
 from twin.emulator import boot
@@ -22,30 +23,19 @@ from twin.emulator.server import Emulator
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "ssm-documents" / "sparsecopy"
-GIB = 1024**3
 
-DOCUMENT = {
-    "schemaVersion": "2.2",
-    "description": "the data-plane program's device lookup, as the Command document runs it",
-    "parameters": {
+DOCUMENT = shell_document(
+    "the data-plane program's device lookup, as the Command document runs it",
+    {
         "VolumeId": {"type": "String", "allowedPattern": "^vol-[0-9a-f]+$"},
         "Sleep": {"type": "String", "default": "0"},
     },
-    "mainSteps": [
-        {
-            "action": "aws:runShellScript",
-            "name": "run",
-            "inputs": {
-                "timeoutSeconds": "60",
-                "runCommand": [
-                    "set -eu",
-                    "sleep {{ Sleep }}",
-                    f"{sys.executable} -I -S {PROGRAM} device {{{{ VolumeId }}}}",
-                ],
-            },
-        }
+    [
+        "set -eu",
+        "sleep {{ Sleep }}",
+        f"{sys.executable} -I -S {PROGRAM} device {{{{ VolumeId }}}}",
     ],
-}
+)
 
 
 @pytest.fixture(scope="module")

@@ -15,41 +15,33 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.retries.standard import ExponentialBackoff
+from twin_helpers import BASE_WRITES, holey_image
 
 from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import THROTTLED_REQUESTS, Faults, parse
 from twin.emulator.server import Emulator
 
-GIB = 1024**3
 # Blocks written in the holey image: whole blocks, a block written with zeros, a 10-byte write in
 # the middle of a block, and a write across a block boundary (699/700).
 HOLEY_BLOCKS = [0, 100, 101, 300, 500, 699, 700]
 STATE = "List source blocks"
 
 
+HOLEY_WRITES = [
+    *BASE_WRITES,
+    (300 * EBS_BLOCK, b"\0" * EBS_BLOCK),  # written, with zeros: EBS lists it, so does the twin
+    (500 * EBS_BLOCK + 4096 * 7, b"x" * 10),
+    (700 * EBS_BLOCK - 5, b"y" * 10),
+]
+
+
 def _holey_image(path: Path) -> Path:
-    with open(path, "wb") as f:
-        f.truncate(GIB)
-        f.write(b"HELLO twin")
-        f.seek(100 * EBS_BLOCK)
-        f.write(b"z" * EBS_BLOCK * 2)
-        f.seek(300 * EBS_BLOCK)
-        f.write(b"\0" * EBS_BLOCK)  # written, with zeros: EBS lists it, so does the twin
-        f.seek(500 * EBS_BLOCK + 4096 * 7)
-        f.write(b"x" * 10)
-        f.seek(700 * EBS_BLOCK - 5)
-        f.write(b"y" * 10)
-    return path
+    return holey_image(path, HOLEY_WRITES)
 
 
 def _image_with_blocks(path: Path, blocks: list[int]) -> Path:
-    with open(path, "wb") as f:
-        f.truncate(GIB)
-        for block in blocks:
-            f.seek(block * EBS_BLOCK)
-            f.write(b"d" * 4096)
-    return path
+    return holey_image(path, [(block * EBS_BLOCK, b"d" * 4096) for block in blocks])
 
 
 @pytest.fixture(scope="module")

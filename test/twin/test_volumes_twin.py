@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from test_emulator import (  # type: ignore[import-not-found]
-    _create_document,
-    _image,
-    _send,
-    _wait_invocation,
-)
+from twin_helpers import create_document as _create_document  # type: ignore[import-not-found]
+from twin_helpers import holey_image as _image  # type: ignore[import-not-found]
+from twin_helpers import send as _send  # type: ignore[import-not-found]
+from twin_helpers import wait_invocation as _wait_invocation  # type: ignore[import-not-found]
 
 from twin.emulator.server import Emulator
 

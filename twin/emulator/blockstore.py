@@ -46,11 +46,6 @@ def sparse_copy(source: Path, target: Path) -> None:
         os.fsync(dst.fileno())
 
 
-def create_blank(path: Path, size: int) -> None:
-    with open(path, "wb") as f:
-        f.truncate(size)
-
-
 def fingerprint(path: Path) -> str:
     """Hash of a file's bytes and of its allocation map: equal fingerprints mean unchanged."""
     digest = hashlib.sha256()

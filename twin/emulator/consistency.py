@@ -21,6 +21,7 @@ from moto.ec2.models.amis import AmiBackend
 from moto.ec2.models.elastic_block_store import EBSBackend
 from moto.ec2.models.instances import InstanceBackend
 
+from . import patching
 from . import state as st
 
 TAG_LAG_CALLS = 2
@@ -178,25 +179,18 @@ def _delete_snapshot(self: EBSBackend, snapshot_id: str) -> Any:
 
 
 def install() -> None:
-    if _orig:
-        return
-    _orig["create_volume"] = EBSBackend.create_volume
-    _orig["create_snapshot"] = EBSBackend.create_snapshot
-    _orig["run_instances"] = InstanceBackend.run_instances
-    _orig["register_image"] = AmiBackend.register_image
-    _orig["describe_instances"] = InstanceBackend.describe_instances
-    _orig["describe_volumes"] = EBSBackend.describe_volumes
-    _orig["describe_snapshots"] = EBSBackend.describe_snapshots
-    _orig["describe_images"] = AmiBackend.describe_images
-    _orig["deregister_image"] = AmiBackend.deregister_image
-    _orig["delete_snapshot"] = EBSBackend.delete_snapshot
-    EBSBackend.create_volume = _create_volume  # type: ignore[method-assign]
-    EBSBackend.create_snapshot = _create_snapshot  # type: ignore[method-assign]
-    InstanceBackend.run_instances = _run_instances  # type: ignore[method-assign]
-    AmiBackend.register_image = _register_image  # type: ignore[method-assign]
-    InstanceBackend.describe_instances = _describe_instances  # type: ignore[method-assign]
-    EBSBackend.describe_volumes = _describe_volumes  # type: ignore[method-assign]
-    EBSBackend.describe_snapshots = _describe_snapshots  # type: ignore[method-assign]
-    AmiBackend.describe_images = _describe_images  # type: ignore[method-assign]
-    AmiBackend.deregister_image = _deregister_image  # type: ignore[method-assign]
-    EBSBackend.delete_snapshot = _delete_snapshot  # type: ignore[method-assign]
+    patching.install(
+        _orig,
+        {
+            "create_volume": (EBSBackend, "create_volume", _create_volume),
+            "create_snapshot": (EBSBackend, "create_snapshot", _create_snapshot),
+            "run_instances": (InstanceBackend, "run_instances", _run_instances),
+            "register_image": (AmiBackend, "register_image", _register_image),
+            "describe_instances": (InstanceBackend, "describe_instances", _describe_instances),
+            "describe_volumes": (EBSBackend, "describe_volumes", _describe_volumes),
+            "describe_snapshots": (EBSBackend, "describe_snapshots", _describe_snapshots),
+            "describe_images": (AmiBackend, "describe_images", _describe_images),
+            "deregister_image": (AmiBackend, "deregister_image", _deregister_image),
+            "delete_snapshot": (EBSBackend, "delete_snapshot", _delete_snapshot),
+        },
+    )

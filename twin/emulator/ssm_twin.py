@@ -24,9 +24,11 @@ from moto.ssm.exceptions import SSMException as RESTError
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
+from . import patching
 from . import state as st
 from .command_runs import CommandRun, kill, now
-from .ec2_twin import boot_disk, interrupt_spot_instance, volume_path
+from .ec2_twin import boot_disk, interrupt_spot_instance
+from .ec2_volumes import volume_path
 
 NVME_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
 # With the instance-lost fault, the instance disappears this long after its command started.
@@ -326,10 +328,15 @@ def _describe_instance_information(self: SimpleSystemManagerResponse) -> ActionR
 
 
 def install() -> None:
-    if _orig:
-        return
-    _orig["send_command"] = SimpleSystemManagerBackend.send_command
-    _orig["get_invocation"] = Command.get_invocation
-    SimpleSystemManagerBackend.send_command = _send_command  # type: ignore[method-assign,assignment]
-    Command.get_invocation = _get_invocation  # type: ignore[method-assign]
-    SimpleSystemManagerResponse.describe_instance_information = _describe_instance_information  # type: ignore[attr-defined]
+    patching.install(
+        _orig,
+        {
+            "send_command": (SimpleSystemManagerBackend, "send_command", _send_command),
+            "get_invocation": (Command, "get_invocation", _get_invocation),
+            "describe_instance_information": (
+                SimpleSystemManagerResponse,
+                "describe_instance_information",
+                _describe_instance_information,
+            ),
+        },
+    )
