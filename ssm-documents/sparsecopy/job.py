@@ -108,8 +108,8 @@ def block_lists(url: str, work: str, steps: Steps) -> "dict[int, str]":
     return bundle.unpack(archive, directory)
 
 
-def _volume_error(exc: BaseException) -> str:
-    """The error line's text for a volume: what the program logs, as ``copy`` does."""
+def _error_text(exc: BaseException) -> str:
+    """The error line's text for a failed step: the line the program logs, as ``copy`` does."""
     if isinstance(exc, Failure):
         message = f"error: {exc}"
     elif isinstance(exc, KeyboardInterrupt):
@@ -134,7 +134,7 @@ def copy_volume(
         )
         return steps.copy(copy)
     except (Exception, KeyboardInterrupt) as exc:
-        raise JobFailed(_volume_error(exc), volume.source_id) from exc
+        raise JobFailed(_error_text(exc), volume.source_id) from exc
 
 
 def _copy_all(options: JobOptions, pairs: list[Volume], steps: Steps) -> "list[Json]":
@@ -150,8 +150,9 @@ def _copy_all(options: JobOptions, pairs: list[Volume], steps: Steps) -> "list[J
         ]
 
 
-def run(options: JobOptions, steps: Steps = REAL_STEPS) -> "tuple[int, str]":
+def run(options: JobOptions, steps: Optional[Steps] = None) -> "tuple[int, str]":
     """(exit code, the one standard output line)."""
+    steps = steps or REAL_STEPS
     try:
         pairs = volumes(options)
         summaries = _copy_all(options, pairs, steps)
@@ -160,7 +161,7 @@ def run(options: JobOptions, steps: Steps = REAL_STEPS) -> "tuple[int, str]":
         return 1, error_line(failed.error, failed.source_id)
     except (Exception, KeyboardInterrupt) as exc:
         first = options.source_volume_ids.split(",")[0]
-        return 1, error_line(_volume_error(exc), first)
+        return 1, error_line(_error_text(exc), first)
     for detail in details:
         log(detail)
     return 0, line
@@ -174,15 +175,16 @@ def stdout_to_stderr() -> Iterator[None]:
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
 
 
-def main(options: JobOptions) -> int:
+def main(options: JobOptions, steps: Optional[Steps] = None) -> int:
     with stdout_to_stderr():
-        code, line = run(options)
+        code, line = run(options, steps)
     print(line, flush=True)
     return code
