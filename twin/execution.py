@@ -158,6 +158,13 @@ def execute(
     }
     raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
                       timeout_seconds)  # fmt: skip
+    return _result(raw, name, execution_input, execution_arn, machine)
+
+
+def _result(
+    raw: dict[str, Any], name: str, execution_input: Any, execution_arn: str, machine: Machine
+) -> ExecutionResult:
+    """The runner's result file as an ExecutionResult."""
     events = raw["events"]
     return ExecutionResult(
         name=name,
