@@ -10,6 +10,8 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.amis import Ami
 from moto.ec2.responses.amis import AmisResponse
 
+from . import patching
+
 _orig: dict[str, Any] = {}
 
 # RegisterImage parameter -> (Ami attribute, the attribute moto's DescribeImageAttribute reads)
@@ -80,14 +82,19 @@ def _register_image(self: AmisResponse) -> ActionResult:
 
 
 def install() -> None:
-    if _orig:
-        return
-    _orig["block_device_mappings"] = Ami.block_device_mappings
-    _orig["register_image"] = AmisResponse.register_image
     # moto's DescribeImageAttribute reads these names; an AMI without the attribute answers
     # with an empty value, as EC2 does, instead of a server error.
     for attr in ("uefi", "tmp", "imds", "lld", "ramdisk"):
         if not hasattr(Ami, attr):
             setattr(Ami, attr, None)
-    Ami.block_device_mappings = property(_block_device_mappings)  # type: ignore[method-assign,assignment]
-    AmisResponse.register_image = _register_image  # type: ignore[method-assign]
+    patching.install(
+        _orig,
+        {
+            "block_device_mappings": (
+                Ami,
+                "block_device_mappings",
+                property(_block_device_mappings),
+            ),
+            "register_image": (AmisResponse, "register_image", _register_image),
+        },
+    )

@@ -17,19 +17,13 @@ from typing import Any
 
 from moto.ec2.models import ec2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
-from werkzeug.serving import make_server
 
 from ..iam import recorder as iam_recorder
 from . import amis_twin, boot, consistency, ec2_twin, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
 from .faults import Faults
-from .injection import Middleware
+from .moto_server import TwinServer, publish_parameter, reset_moto
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -71,14 +65,14 @@ class Emulator:
         # consistency wraps what the others patched in: install it last
         for module in (ec2_twin, ssm_twin, amis_twin, consistency):
             module.install()
-        _reset_moto()
+        reset_moto()
         # Build moto's region backend (with its stock AMIs) before the patches take effect,
         # so its placeholder volumes get no backing files.
         _ = self.ec2
         st.ACTIVE = self.state
         # One log line per API call would drown the demo's output.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server = _TwinServer(self.account, self.region)
+        self._server = TwinServer(self.account, self.region)
         self._server.start()
         self.iam_recorder = iam_recorder.install(
             self._server,
@@ -103,7 +97,7 @@ class Emulator:
                 self._server = None
             if st.ACTIVE is self.state:
                 st.ACTIVE = None
-            _reset_moto()
+            reset_moto()
             shutil.rmtree(self.workdir, ignore_errors=True)
         if stuck:
             print(f"twin: could not detach loop devices {stuck}", file=sys.stderr)
@@ -274,7 +268,7 @@ class Emulator:
             if image_id in self.state.images_created:
                 self.state.images_created.remove(image_id)
             self.state.transfer_image_id = image_id
-        _publish_parameter(self.account, self.region, boot.TRANSFER_AMI_PARAMETER, image_id)
+        publish_parameter(self.account, self.region, boot.TRANSFER_AMI_PARAMETER, image_id)
         return image_id
 
     def snapshot_file(self, snapshot_id: str) -> Path:
@@ -286,50 +280,3 @@ class Emulator:
 
     def snapshot_chunks(self, snapshot_id: str) -> int:
         return len(written_chunks(self.state.snapshot_files[snapshot_id]))
-
-
-class _TwinServer(ThreadedMotoServer):
-    """moto's threaded server with the twin's fault injection in front (injection.py)."""
-
-    def __init__(self, account: str, region: str) -> None:
-        super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
-        self._account, self._region = account, region
-
-    def _server_entry(self) -> None:
-        app = Middleware(
-            DomainDispatcherApplication(create_backend_app), self._account, self._region
-        )
-        self._server = make_server(
-            self._ip_address, self._port, app, True, request_handler=MotoRequestHandler
-        )
-        self._server_ready_event.set()
-        self._server.serve_forever()
-
-
-def _publish_parameter(account: str, region: str, name: str, value: str) -> None:
-    """A new version of a public (aws-prefixed) parameter, which PutParameter refuses to write."""
-    from moto.core.utils import utcnow
-    from moto.ssm.models import Parameter, ssm_backends
-
-    versions = ssm_backends[account][region]._parameters[name]  # loads moto's own versions first
-    versions.append(
-        Parameter(  # type: ignore[abstract]  # moto instantiates it the same way
-            account_id=account,
-            name=name,
-            value=value,
-            parameter_type="String",
-            description=None,
-            allowed_pattern=None,
-            keyid=None,
-            last_modified_date=utcnow(),
-            version=(versions[-1].version + 1) if versions else 1,
-            data_type="aws:ec2:image",
-        )
-    )
-
-
-def _reset_moto() -> None:
-    """moto's backends are process-wide: each emulator starts from an empty cloud."""
-    from moto.moto_api._internal.models import moto_api_backend
-
-    moto_api_backend.reset()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import subprocess
 import threading
 import time
@@ -29,69 +28,13 @@ from . import state as st
 from .command_runs import CommandRun, kill, now
 from .ec2_twin import boot_disk, interrupt_spot_instance
 from .ec2_volumes import volume_path
+from .ssm_documents import document_content, render_script
 
 NVME_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
 # With the instance-lost fault, the instance disappears this long after its command started.
 INTERRUPT_AFTER_SECONDS = 0.5
 
 _orig: dict[str, Any] = {}
-_PARAM = re.compile(r"\{\{\s*([A-Za-z0-9_.:-]+)\s*\}\}")
-
-
-# --- document handling ------------------------------------------------------------------------
-
-
-def render_script(document: dict[str, Any], given: dict[str, list[str]]) -> tuple[str, int]:
-    """The shell script of the document's single runShellScript step, parameters substituted,
-    and its timeout.  Raises InvalidParameters the way SendCommand does."""
-    declared: dict[str, Any] = document.get("parameters") or {}
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise RESTError(
-            "InvalidParameters", f"Parameters {unknown} are not defined in the document"
-        )
-    values: dict[str, str] = {}
-    for name, spec in declared.items():
-        if name in given:
-            value = ",".join(given[name])
-        elif "default" in spec:
-            value = spec["default"] if isinstance(spec["default"], str) else str(spec["default"])
-        else:
-            raise RESTError("InvalidParameters", f"Parameter {name} is required and was not given")
-        pattern = spec.get("allowedPattern")
-        if pattern and not re.search(pattern, value):
-            raise RESTError(
-                "InvalidParameters",
-                f"Parameter {name} value {value!r} does not match allowedPattern {pattern}",
-            )
-        allowed = spec.get("allowedValues")
-        if allowed and value not in allowed:
-            raise RESTError(
-                "InvalidParameters", f"Parameter {name} value {value!r} is not one of {allowed}"
-            )
-        values[name] = value
-
-    steps = [s for s in document.get("mainSteps", []) if s.get("action") == "aws:runShellScript"]
-    if len(steps) != 1:
-        raise RESTError(
-            "InvalidDocument", "the twin runs documents with exactly one aws:runShellScript step"
-        )
-    inputs = steps[0].get("inputs", {})
-    commands = inputs.get("runCommand", [])
-    lines = [commands] if isinstance(commands, str) else list(commands)
-
-    def substitute(text: str) -> str:
-        return _PARAM.sub(lambda m: values.get(m.group(1), m.group(0)), text)
-
-    timeout = int(substitute(str(inputs.get("timeoutSeconds", 3600))))
-    return "\n".join(substitute(line) for line in lines) + "\n", timeout
-
-
-def _document_content(backend: SimpleSystemManagerBackend, name: str) -> dict[str, Any] | None:
-    documents = backend._documents.get(name)
-    if documents is None:
-        return None
-    return documents.get_default_version().content_json  # type: ignore[no-any-return]
 
 
 # --- running -----------------------------------------------------------------------------
@@ -239,7 +182,7 @@ def _keep_output(emu: st.EmulatorState, run: CommandRun) -> None:
 def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
     emu = st.ACTIVE
     name = kwargs.get("document_name") or ""
-    document = _document_content(self, name) if emu is not None else None
+    document = document_content(self, name) if emu is not None else None
     if emu is not None and document is None and not name.startswith("AWS-"):
         raise RESTError("InvalidDocument", f"Document {name} does not exist")
     script_timeout = None
