@@ -175,3 +175,12 @@ def test_without_a_contract_the_error_says_what_is_missing(tmp_path: Path) -> No
     )
     assert run.returncode == 1
     assert "the Lambda asset must ship it" in run.stderr
+
+
+def test_the_input_schema_states_the_jobs_limits() -> None:
+    jobs = contract.load("schemas/execution-input.schema")["properties"]["jobs"]
+    assert (jobs["minimum"], jobs["maximum"], jobs["default"]) == (
+        contract.limit("jobsMin"),
+        contract.limit("jobsMax"),
+        contract.limit("jobsDefault"),
+    )
