@@ -1,5 +1,6 @@
-import { Fn, Stack } from 'aws-cdk-lib';
+import { Annotations, Fn, RemovalPolicy, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as logs from 'aws-cdk-lib/aws-logs';
 import * as cr from 'aws-cdk-lib/custom-resources';
 import { Construct } from 'constructs';
 import { Settings } from './settings';
@@ -24,6 +25,10 @@ export function transferNetwork(scope: Construct, settings: Settings): TransferN
       vpcId: settings.vpcId,
       availabilityZones: Fn.getAzs(),
     });
+    Annotations.of(vpc).acknowledgeWarning(
+      '@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones',
+      'Nothing asks the imported VPC for its subnets or AZs at synth: the subnets are the subnetIds setting.',
+    );
     return { vpc, subnetIds: settings.subnetIds };
   }
   const vpc = new ec2.Vpc(scope, 'Vpc', {
@@ -59,7 +64,10 @@ export function transferNetwork(scope: Construct, settings: Settings): TransferN
       open: false,
     });
   }
-  ENDPOINTS.set(vpc, { endpointSecurityGroup, s3PrefixListId: s3PrefixListId(vpc) });
+  ENDPOINTS.set(vpc, {
+    endpointSecurityGroup,
+    s3PrefixListId: s3PrefixListId(vpc, settings.logRetentionDays as logs.RetentionDays),
+  });
   return { vpc, subnetIds: vpc.isolatedSubnets.map((subnet) => subnet.subnetId), createdVpc: vpc };
 }
 
@@ -83,8 +91,13 @@ export function transferEgress(vpc: ec2.IVpc): TransferEgress | undefined {
  * offline way: one DescribeManagedPrefixLists call at deploy time (AwsCustomResource; its function runs
  * only while CloudFormation creates or updates the stack).
  */
-function s3PrefixListId(scope: Construct): string {
+function s3PrefixListId(scope: Construct, logRetention: logs.RetentionDays): string {
   const stack = Stack.of(scope);
+  // Its own log group with the stack's retention, deleted with the stack (else Lambda makes one that never expires).
+  const logGroup = new logs.LogGroup(scope, 'S3PrefixListLookupLogs', {
+    retention: logRetention,
+    removalPolicy: RemovalPolicy.DESTROY,
+  });
   const name = `com.amazonaws.${stack.region}.s3`;
   const lookup = new cr.AwsCustomResource(scope, 'S3PrefixListLookup', {
     onUpdate: {
@@ -96,6 +109,7 @@ function s3PrefixListId(scope: Construct): string {
     },
     policy: cr.AwsCustomResourcePolicy.fromSdkCalls({ resources: cr.AwsCustomResourcePolicy.ANY_RESOURCE }),
     installLatestAwsSdk: false,
+    logGroup,
   });
   return lookup.getResponseField('PrefixLists.0.PrefixListId');
 }

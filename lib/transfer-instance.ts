@@ -105,7 +105,7 @@ export class TransferInstance extends Construct {
   }
 
   private createLaunchTemplate(): ec2.LaunchTemplate {
-    return new ec2.LaunchTemplate(this, 'LaunchTemplate', {
+    const template = new ec2.LaunchTemplate(this, 'LaunchTemplate', {
       // resolve:ssm: in the template: every launch gets the AMI that is latest at that moment.
       machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(this.amiParameterName, {
         os: ec2.OperatingSystemType.LINUX,
@@ -127,5 +127,11 @@ export class TransferInstance extends Construct {
         },
       ],
     });
+    // Nothing runs at boot (the Command document does the work): no user data, not even the empty
+    // '#!/bin/bash' the launchTemplateDefaultUserData feature flag would add from the machine image.
+    (template.node.defaultChild as ec2.CfnLaunchTemplate).addPropertyDeletionOverride(
+      'LaunchTemplateData.UserData',
+    );
+    return template;
   }
 }

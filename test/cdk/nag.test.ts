@@ -6,6 +6,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { CompactorStack } from '../../lib/compactor-stack';
 import { checkWithCdkNag } from '../../lib/nag-acknowledgements';
 import { readSettings } from '../../lib/settings';
+import { withCdkJsonContext } from './cdk-json';
 
 interface Report {
   pluginReports: { pluginName: string; violations: { ruleName: string; severity: string }[] }[];
@@ -18,7 +19,7 @@ function nagViolations(
 ): { rule: string; severity: string }[] {
   const outdir = fs.mkdtempSync(path.join(os.tmpdir(), 'nag-'));
   try {
-    const app = new App({ outdir, context });
+    const app = new App({ outdir, context: withCdkJsonContext(context) });
     build(app);
     checkWithCdkNag(app);
     try {
