@@ -3,6 +3,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as YAML from 'yaml';
+import { LIMITS } from '../../lib/settings';
 import { LAMBDAS_DIR } from '../../lib/task-functions';
 import {
   MAX_DOCUMENT_BYTES,
@@ -349,5 +350,55 @@ describe('the SourceBlocksUrl parameter', () => {
    */
   test('start_compaction presigns the regional host of the bucket', () => {
     expect(new URL(lambdaUrls('eu-west-1', 'exec-1')).host).toBe(`${BUCKET}.s3.eu-west-1.amazonaws.com`);
+  });
+});
+
+/**
+ * The compact-volumes document restates three limits of contract/limits.json in its parameters (SSM checks
+ * them before anything runs): the jobs range, the volumes per job and the document timeout. The patterns
+ * stay readable in the YAML; these tests fail when they and limits.json drift apart.
+ */
+describe('the compact-volumes parameters agree with contract/limits.json', () => {
+  const parameters = renderCommandDocument().parameters as Record<
+    string,
+    Parameter & { description: string }
+  >;
+  const pattern = (name: string) => new RegExp(parameters[name].allowedPattern as string);
+  /** The whole numbers from 0 to `upTo` the parameter's pattern accepts, as [first, last, count]. */
+  const accepted = (name: string, upTo: number): [number, number, number] => {
+    const matching = Array.from({ length: upTo + 1 }, (_, n) => n).filter((n) => pattern(name).test(`${n}`));
+    return [matching[0], matching[matching.length - 1], matching.length];
+  };
+  const { jobsMin, jobsMax, jobsDefault, maxVolumesPerJob, documentTimeoutSeconds } = LIMITS;
+
+  test('Jobs takes jobsMin to jobsMax, no leading zeros, default jobsDefault', () => {
+    expect(accepted('Jobs', 10 * jobsMax)).toEqual([jobsMin, jobsMax, jobsMax - jobsMin + 1]);
+    expect(pattern('Jobs').test(`0${jobsMin}`)).toBe(false);
+    expect(parameters.Jobs.default).toBe(`${jobsDefault}`);
+    expect(parameters.Jobs.description).toContain(`(${jobsMin}-${jobsMax})`);
+  });
+
+  test('TimeoutSeconds takes 1 to documentTimeoutSeconds, which is its default', () => {
+    expect(accepted('TimeoutSeconds', 2 * documentTimeoutSeconds)).toEqual([
+      1,
+      documentTimeoutSeconds,
+      documentTimeoutSeconds,
+    ]);
+    expect(parameters.TimeoutSeconds.default).toBe(`${documentTimeoutSeconds}`);
+    expect(parameters.TimeoutSeconds.description).toContain(`(at most ${documentTimeoutSeconds})`);
+  });
+
+  const lists: [string, (i: number) => string][] = [
+    ['SourceVolumeIds', (i) => `vol-${'0123456789abcdef'.slice(0, 16 - 1)}${i.toString(16)}`],
+    ['TargetVolumeIds', (i) => `vol-${'fedcba9876543210'.slice(0, 16 - 1)}${i.toString(16)}`],
+    ['SourceDeviceNames', (i) => `/dev/sd${String.fromCharCode('f'.charCodeAt(0) + i)}`],
+    ['TargetDeviceNames', (i) => `/dev/sd${String.fromCharCode('y'.charCodeAt(0) - i)}`],
+  ];
+  test.each(lists)('%s holds 1 to maxVolumesPerJob items', (name, item) => {
+    const list = (count: number) => Array.from({ length: count }, (_, i) => item(i)).join(',');
+    expect(pattern(name).test('')).toBe(false);
+    expect(pattern(name).test(list(1))).toBe(true);
+    expect(pattern(name).test(list(maxVolumesPerJob))).toBe(true);
+    expect(pattern(name).test(list(maxVolumesPerJob + 1))).toBe(false);
   });
 });
