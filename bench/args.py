@@ -29,27 +29,26 @@ def parse_size(text: str) -> int:
     return size
 
 
-def parse_filesystems(text: str) -> list[str]:
+def _names(text: str, choices: tuple[str, ...], what: str, also: str = "") -> list[str]:
+    """A comma list of names, each one of `choices`."""
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in FILESYSTEMS]
+    unknown = [name for name in names if name not in choices]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown filesystem(s) {unknown}; choose from {','.join(FILESYSTEMS)}"
+            f"unknown {what}(s) {unknown}; choose from {','.join(choices)}{also}"
         )
     return names
+
+
+def parse_filesystems(text: str) -> list[str]:
+    return _names(text, FILESYSTEMS, "filesystem")
 
 
 def parse_disks(text: str) -> list[str]:
     """The disks besides the dirty one per filesystem: a comma list, or "none"."""
     if text.strip() == "none":
         return []
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in EXTRA_DISKS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown disk(s) {unknown}; choose from {','.join(EXTRA_DISKS)} or none"
-        )
-    return names
+    return _names(text, EXTRA_DISKS, "disk", " or none")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

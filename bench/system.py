@@ -64,36 +64,13 @@ class IoCounters:
         )
 
 
-class Resources:
-    """Loop devices and mounts this bench set up, released in reverse order by close()."""
+class Resources(LoopDevices):
+    """Loop devices (devkit.loop.LoopDevices) and mounts this bench set up, released in reverse
+    order by close(); every failure is a BenchError."""
 
     def __init__(self) -> None:
-        self._loops = LoopDevices("this bench")
+        super().__init__("this bench", error=BenchError)
         self._mounts: list[Path] = []
-
-    def attach(
-        self,
-        backing: Path,
-        *,
-        offset: int = 0,
-        size: int | None = None,
-        read_only: bool = False,
-        direct_io: bool = False,
-    ) -> str:
-        """A loop device over `backing` (a file, or another loop device to stack on it; see
-        devkit.loop.attach for `direct_io`)."""
-        try:
-            return self._loops.attach(
-                backing, offset, size, read_only=read_only, direct_io=direct_io
-            )
-        except RuntimeError as err:
-            raise BenchError(str(err)) from err
-
-    def detach(self, device: str) -> None:
-        try:
-            self._loops.detach(device)
-        except (RuntimeError, ValueError) as err:
-            raise BenchError(str(err)) from err
 
     def mount(self, device: str, target: Path, fs: str, options: Sequence[str] = ()) -> Path:
         target.mkdir(parents=True, exist_ok=True)
@@ -124,4 +101,4 @@ class Resources:
                 if target in self._mounts:
                     subprocess.run(["umount", "--lazy", str(target)], capture_output=True)
                     self._mounts.remove(target)
-        return problems + self._loops.detach_all()
+        return problems + self.detach_all()

@@ -148,11 +148,19 @@ class LoopDevices:
 
     `wait_until_free`: a detach waits until the device no longer serves its file (the bench);
     otherwise it only marks the device for auto-clear (the twin, whose instances may still hold
-    a device open for a moment). Thread-safe."""
+    a device open for a moment). `error`: the exception type the owner reports failures with.
+    Thread-safe."""
 
-    def __init__(self, owner: str = "this process", *, wait_until_free: bool = True) -> None:
+    def __init__(
+        self,
+        owner: str = "this process",
+        *,
+        wait_until_free: bool = True,
+        error: type[Exception] = LoopError,
+    ) -> None:
         self.owner = owner
         self.wait_until_free = wait_until_free
+        self.error = error
         self.attached: dict[str, Path] = {}  # device -> backing file
         self._offsets: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -168,7 +176,10 @@ class LoopDevices:
     ) -> str:
         """A loop device over `backing` (a file, or one of our devices: from `offset`, `size`
         bytes, like a partition of it)."""
-        device = attach(backing, offset, size, read_only=read_only, direct_io=direct_io)
+        try:
+            device = attach(backing, offset, size, read_only=read_only, direct_io=direct_io)
+        except RuntimeError as err:
+            raise self.error(str(err)) from err
         with self._lock:
             self.attached[device] = backing
             self._offsets[device] = offset
@@ -177,7 +188,7 @@ class LoopDevices:
     def detach(self, device: str) -> None:
         with self._lock:
             if device not in self.attached:
-                raise ValueError(f"refusing to detach {device}: {self.owner} did not attach it")
+                raise self.error(f"refusing to detach {device}: {self.owner} did not attach it")
             backing = self.attached.pop(device)
             offset = self._offsets.pop(device)
         try:
@@ -185,11 +196,11 @@ class LoopDevices:
                 detach(device, backing, offset)
             else:
                 mark_for_detach(device)
-        except LoopError:
+        except LoopError as err:
             with self._lock:  # still ours: detach_all tries again
                 self.attached[device] = backing
                 self._offsets[device] = offset
-            raise
+            raise self.error(str(err)) from err
 
     def detach_all(self) -> list[str]:
         """Detach everything still attached, the last attached first; returns one message per
@@ -198,7 +209,7 @@ class LoopDevices:
         for device in reversed(list(self.attached)):
             try:
                 self.detach(device)
-            except (LoopError, ValueError) as err:
+            except self.error as err:
                 problems.append(str(err))
         return problems
 

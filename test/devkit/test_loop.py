@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit.loop import LoopDevices, kernel_loops, loop_device, loops_backed_by, serves
+from devkit.loop import LoopDevices, LoopError, kernel_loops, loop_device, loops_backed_by, serves
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
 
@@ -16,7 +16,7 @@ def _backing(tmp_path: Path) -> Path:
 
 
 def test_loop_devices_refuse_to_detach_a_device_they_did_not_attach() -> None:
-    with pytest.raises(ValueError, match="refusing to detach /dev/loop0: the twin did not"):
+    with pytest.raises(LoopError, match="refusing to detach /dev/loop0: the twin did not"):
         LoopDevices("the twin").detach("/dev/loop0")
 
 
