@@ -359,7 +359,7 @@ describe('the SourceBlocksUrl parameter', () => {
  * stay readable in the YAML; these tests fail when they and limits.json drift apart.
  */
 describe('the compact-volumes parameters agree with contract/limits.json', () => {
-  const parameters = renderCommandDocument().parameters as Record<
+  const parameters = renderCommandDocument().parameters as unknown as Record<
     string,
     Parameter & { description: string }
   >;
