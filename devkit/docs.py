@@ -7,10 +7,10 @@ A block in a Markdown file:
     <!-- END GENERATED: <name> -->
 
 `python -m devkit.docs` rewrites every block from the renderer registered under its name (contract
-tables from contract/*.json, the size table from compactor.sizing, docs/workflow.md's table from
-devkit.workflow_table, the twin's report fields from twin.report); `--check` changes nothing and
-exits 1 naming each file and block that differs (`make lint` runs it). A block whose name is not
-registered is an error too.
+tables from contract/*.json, docs/deploy.md's settings from contract/settings.json, the size
+table from compactor.sizing, docs/workflow.md's table from devkit.workflow_table, the twin's
+report fields from twin.report); `--check` changes nothing and exits 1 naming each file and
+block that differs (`make lint` runs it). A block whose name is not registered is an error too.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ BLOCK = re.compile(
     r"(?P<end><!-- END GENERATED: (?P=name) -->)",
     re.DOTALL,
 )
+DASH = "\N{EN DASH}"
 SKIP_DIRS = {"node_modules", ".venv", "cdk.out", "out", ".git", ".stamps"}
 
 
@@ -183,6 +184,74 @@ def execution_input_table() -> str:
     return table(["key", "type", "default", "meaning", "checked"], rows)
 
 
+def duration(seconds: int) -> str:
+    """21600 -> 6 hours; 600 -> 10 minutes; 90 -> 90 seconds."""
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
+
+
+def setting_bound(value: int | str) -> int:
+    """A bound of contract/settings.json: a number, or a limit's name."""
+    if isinstance(value, str):
+        result: int = contract("limits")["limits"][value]["value"]
+        return result
+    return value
+
+
+def setting_accepts(spec: dict[str, Any]) -> str:
+    """What a setting takes, in the doc's words (bounds from limits.json)."""
+    kind = spec["kind"]
+    if "acceptsText" in spec:
+        return with_limits(spec["acceptsText"])
+    if kind == "pollLoop":
+        seconds = f"{{pollSecondsMin}}{DASH}{{pollSecondsMax}} s"
+        return with_limits(f"{seconds} / 1{DASH}{{pollMaxAttemptsMax}} calls")
+    if kind == "integer" and "allowed" in spec:
+        return ", ".join(str(v) for v in spec["allowed"]) + f" {spec.get('unit', '')}".rstrip()
+    if "allowed" in spec:
+        return ", ".join(f"`{v}`" for v in spec["allowed"])
+    if kind == "integer":
+        low, high = setting_bound(spec["min"]), setting_bound(spec["max"])
+        return f"{number(low)}{DASH}{number(high)} {spec.get('unit', '')}".rstrip()
+    if kind == "boolean":
+        return "`true`, `false`"
+    prefix = "comma list (or JSON array) of " if kind == "list" else ""
+    return (prefix + str(spec["accepts"])).replace("<", "&lt;")
+
+
+def setting_default(spec: dict[str, Any]) -> str:
+    default = spec["default"]
+    if default is None:
+        return str(spec["defaultText"])
+    if spec["kind"] == "pollLoop":
+        return f"`{default['intervalSeconds']}` / `{default['maxAttempts']}`"
+    text = f"`{json.dumps(default).strip(chr(34))}`"
+    if "defaultText" in spec:
+        return f"{text} ({spec['defaultText']})"
+    if spec.get("unit") == "min" and default % 60 == 0:
+        return f"{text} ({default // 60} h)"
+    return text
+
+
+def settings_table() -> str:
+    """docs/deploy.md: every CDK context key lib/settings.ts reads (contract/settings.json)."""
+    rows = []
+    for key, spec in contract("settings")["settings"].items():
+        meaning = spec["meaning"]
+        if spec["kind"] == "pollLoop":
+            default = spec["default"]
+            wait = duration(default["intervalSeconds"] * default["maxAttempts"])
+            meaning = meaning.replace("{wait}", wait)
+            key = f"{key}Seconds` / `{key}MaxAttempts"
+        rows.append(
+            [f"`{key}`", setting_default(spec), setting_accepts(spec), with_limits(meaning)]
+        )
+    return table(["key", "default", "accepts", "meaning"], rows)
+
+
 def imported(module: str, function: str) -> Callable[[], str]:
     """A renderer living in another module, imported only when its block is rendered."""
 
@@ -202,6 +271,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "contract-limits": limits_table,
     "contract-errors": errors_table,
     "contract-execution-input": execution_input_table,
+    "settings": settings_table,
     "sizing": imported("compactor.sizing", "readme_table"),
     "workflow": imported("devkit.workflow_table", "workflow_table"),
     "twin-report-fields": imported("twin.report", "fields_table"),

@@ -1,10 +1,12 @@
 /**
  * Deploy-time settings, read from CDK context (`cdk.json` or `-c key=value`) and validated at synth so a
- * bad value fails before anything reaches CloudFormation. docs/deploy.md ("Settings") documents every key;
- * the numbers the Lambdas check too come from contract/limits.json.
+ * bad value fails before anything reaches CloudFormation. Every key's default, bounds, pattern and meaning
+ * are in contract/settings.json (docs/deploy.md "Settings" is generated from it); the numbers the Lambdas
+ * check too come from contract/limits.json.
  */
 
 import contractLimits from '../contract/limits.json';
+import contractSettings from '../contract/settings.json';
 
 export type Architecture = 'x86_64' | 'arm64';
 
@@ -72,10 +74,35 @@ export const EVENTS_PER_POLL_ITERATION = LIMITS.historyEventsPerPollIteration;
 /** Generous allowance for the states outside poll loops. */
 export const EVENTS_OUTSIDE_LOOPS = LIMITS.historyEventsOutsideLoops;
 
-/** CloudWatch Logs accepts only these retention periods. */
-const LOG_RETENTION_DAYS = [
-  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
-];
+/** A context key of contract/settings.json (a poll loop's entry names two keys: <key>Seconds, <key>MaxAttempts). */
+export type SettingKey = keyof typeof contractSettings.settings;
+
+/** One entry of contract/settings.json (its "$comment" describes the fields). */
+export interface SettingSpec {
+  readonly kind: 'string' | 'list' | 'integer' | 'boolean' | 'oneOf' | 'pollLoop';
+  readonly default: unknown;
+  /** A number, or the name of a limit in contract/limits.json. */
+  readonly min?: number | string;
+  readonly max?: number | string;
+  readonly allowed?: readonly (string | number)[];
+  readonly pattern?: string;
+  readonly flags?: string;
+  /** What a value must be, as the error message words it. */
+  readonly accepts?: string;
+  /** What an unset key means, when the default is null (docs/deploy.md). */
+  readonly defaultText?: string;
+  readonly meaning: string;
+}
+
+/** Every setting by context key (contract/settings.json). */
+export const SETTINGS = contractSettings.settings as Record<SettingKey, SettingSpec>;
+
+/** A bound of contract/settings.json: a number as it is, a name as its value in limits.json. */
+function bound(value: number | string | undefined, setting: string): number {
+  if (typeof value === 'number') return value;
+  if (value !== undefined && value in LIMITS) return LIMITS[value as LimitName];
+  throw new Error(`contract/settings.json: "${setting}" has no valid bound (${String(value)})`);
+}
 
 export class SettingsError extends Error {
   constructor(message: string) {
@@ -93,28 +120,13 @@ export function readSettings(context: ContextSource): Settings {
   const reader = new ContextReader(context);
   rejectRetiredSettings(reader);
   const settings: Settings = {
-    stackName: reader.string(
-      'stackName',
-      'EbsSnapshotCompactor',
-      /^[A-Za-z][A-Za-z0-9-]{0,63}$/,
-      'letters, digits and hyphens, starting with a letter, at most 64 characters',
-    ),
+    stackName: reader.string('stackName'),
     ...readNetwork(reader),
     ...readInstance(reader),
     ...readVolumes(reader),
-    triggerTagKey: reader.string(
-      'triggerTagKey',
-      'compact',
-      /^(?!aws:)(?!ebs-snapshot-compactor:)[\p{L}\p{Z}\p{N}_.:/=+\-@]{1,128}$/u,
-      'a tag key of at most 128 characters that does not start with "aws:" or "ebs-snapshot-compactor:"',
-    ),
+    triggerTagKey: reader.string('triggerTagKey'),
     ...readPollLoops(reader),
-    stateMachineTimeoutMinutes: reader.integer(
-      'stateMachineTimeoutMinutes',
-      2880,
-      LIMITS.stateMachineTimeoutMinutesMin,
-      LIMITS.stateMachineTimeoutMinutesMax,
-    ),
+    stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes'),
     ...readAccountResources(reader),
   };
   checkHistoryBudget(settings);
@@ -133,12 +145,8 @@ function rejectRetiredSettings(reader: ContextReader): void {
 
 /** Both given: the user's VPC and subnets; both absent: the stack creates one. */
 function readNetwork(reader: ContextReader): Pick<Settings, 'vpcId' | 'subnetIds'> {
-  const vpcId = reader.optionalString('vpcId', /^vpc-[0-9a-f]{8,17}$/, 'a VPC id like vpc-0123456789abcdef0');
-  const subnetIds = reader.optionalList(
-    'subnetIds',
-    /^subnet-[0-9a-f]{8,17}$/,
-    'subnet ids like subnet-0123456789abcdef0',
-  );
+  const vpcId = reader.optionalString('vpcId');
+  const subnetIds = reader.optionalList('subnetIds');
   if ((vpcId === undefined) !== (subnetIds === undefined)) {
     throw new SettingsError(
       'Context "vpcId" and "subnetIds" go together: give both (use your VPC) or neither (the stack creates one).',
@@ -151,19 +159,10 @@ function readInstance(
   reader: ContextReader,
 ): Pick<Settings, 'instanceTypes' | 'architecture' | 'allowOnDemand' | 'maxLaunchAttempts'> {
   return {
-    instanceTypes: reader.optionalList(
-      'instanceTypes',
-      /^[a-z][a-z0-9-]*\.[a-z0-9]+$/,
-      'instance types like m7i.large',
-    ),
-    architecture: reader.oneOf('architecture', ['x86_64', 'arm64'] as const, 'x86_64'),
-    allowOnDemand: reader.boolean('allowOnDemand', true),
-    maxLaunchAttempts: reader.integer(
-      'maxLaunchAttempts',
-      3,
-      LIMITS.maxLaunchAttemptsMin,
-      LIMITS.maxLaunchAttemptsMax,
-    ),
+    instanceTypes: reader.optionalList('instanceTypes'),
+    architecture: reader.oneOf<Architecture>('architecture'),
+    allowOnDemand: reader.boolean('allowOnDemand'),
+    maxLaunchAttempts: reader.integer('maxLaunchAttempts'),
   };
 }
 
@@ -174,21 +173,17 @@ function readVolumes(
   Settings,
   'sourceVolumeIops' | 'sourceVolumeThroughput' | 'volumeInitializationRate' | 'maxVolumeGiB'
 > {
-  const iops = reader.integer('sourceVolumeIops', 16000, LIMITS.gp3MinIops, LIMITS.gp3MaxIops);
-  const throughput = reader.integer(
-    'sourceVolumeThroughput',
-    1000,
-    LIMITS.gp3MinThroughput,
-    LIMITS.gp3MaxThroughput,
-  );
+  const iops = reader.integer('sourceVolumeIops');
+  const throughput = reader.integer('sourceVolumeThroughput');
   if (throughput > iops * LIMITS.gp3MiBPerIops) {
     throw new SettingsError(
       `Context "sourceVolumeThroughput" ${throughput} MiB/s needs at least ${Math.ceil(throughput / LIMITS.gp3MiBPerIops)} ` +
         `IOPS (gp3 allows ${LIMITS.gp3MiBPerIops} MiB/s per IOPS); raise "sourceVolumeIops" (now ${iops}) or lower the throughput.`,
     );
   }
+  // 0 is off; otherwise EBS takes volumeInitializationRateMin to the maximum (the setting's max)
   const [rateMin, rateMax] = [LIMITS.volumeInitializationRateMin, LIMITS.volumeInitializationRateMax];
-  const rate = reader.integer('volumeInitializationRate', 0, 0, rateMax);
+  const rate = reader.integer('volumeInitializationRate');
   if (rate !== 0 && rate < rateMin) {
     throw new SettingsError(
       `Context "volumeInitializationRate" must be 0 (off) or ${rateMin}-${rateMax} MiB/s, got ${rate}.`,
@@ -198,7 +193,7 @@ function readVolumes(
     sourceVolumeIops: iops,
     sourceVolumeThroughput: throughput,
     volumeInitializationRate: rate,
-    maxVolumeGiB: reader.integer('maxVolumeGiB', 16384, 1, LIMITS.gp3MaxSizeGiB),
+    maxVolumeGiB: reader.integer('maxVolumeGiB'),
   };
 }
 
@@ -213,23 +208,16 @@ type PollLoopKey =
 
 function readPollLoops(reader: ContextReader): Pick<Settings, PollLoopKey> {
   return {
-    sourcePoll: reader.pollLoop('sourcePoll', 60, 360),
-    // each call lists for up to a slice (blockListSliceSeconds) at blockListPagesPerSecond pages of
-    // blockListPageSize blocks: 20 calls cover 30 TiB of held data
-    blockListPoll: reader.pollLoop('blockListPoll', 10, 20),
-    readyPoll: reader.pollLoop('readyPoll', 15, 40),
-    attachPoll: reader.pollLoop('attachPoll', 10, 60),
+    sourcePoll: reader.pollLoop('sourcePoll'),
+    blockListPoll: reader.pollLoop('blockListPoll'),
+    readyPoll: reader.pollLoop('readyPoll'),
+    attachPoll: reader.pollLoop('attachPoll'),
     compactionPoll: {
-      intervalSeconds: reader.integer(
-        'compactionPollSeconds',
-        120,
-        LIMITS.pollSecondsMin,
-        LIMITS.pollSecondsMax,
-      ),
+      intervalSeconds: reader.integer('compactionPollSeconds'),
       maxAttempts: COMPACTION_POLL_MAX_ATTEMPTS,
     },
-    snapshotPoll: reader.pollLoop('snapshotPoll', 120, 360),
-    teardownPoll: reader.pollLoop('teardownPoll', 30, 20),
+    snapshotPoll: reader.pollLoop('snapshotPoll'),
+    teardownPoll: reader.pollLoop('teardownPoll'),
   };
 }
 
@@ -237,23 +225,17 @@ function readPollLoops(reader: ContextReader): Pick<Settings, PollLoopKey> {
 function readAccountResources(
   reader: ContextReader,
 ): Pick<Settings, 'kmsKeyArns' | 'powertoolsLayerArn' | 'logRetentionDays'> {
-  const logRetentionDays = reader.integer('logRetentionDays', 90, 1, 3653);
-  if (!LOG_RETENTION_DAYS.includes(logRetentionDays)) {
+  const logRetentionDays = reader.integer('logRetentionDays');
+  // CloudWatch Logs accepts only these retention periods
+  const allowed = SETTINGS.logRetentionDays.allowed as number[];
+  if (!allowed.includes(logRetentionDays)) {
     throw new SettingsError(
-      `Context "logRetentionDays" must be one of ${LOG_RETENTION_DAYS.join(', ')} (what CloudWatch Logs accepts), got ${logRetentionDays}.`,
+      `Context "logRetentionDays" must be one of ${allowed.join(', ')} (what CloudWatch Logs accepts), got ${logRetentionDays}.`,
     );
   }
   return {
-    kmsKeyArns: reader.optionalList(
-      'kmsKeyArns',
-      /^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key\/[A-Za-z0-9*-]+$/,
-      'KMS key ARNs like arn:aws:kms:us-east-1:111122223333:key/<key id>',
-    ),
-    powertoolsLayerArn: reader.optionalString(
-      'powertoolsLayerArn',
-      /^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:layer:[A-Za-z0-9_-]+:\d+$/,
-      'a Lambda layer version ARN',
-    ),
+    kmsKeyArns: reader.optionalList('kmsKeyArns'),
+    powertoolsLayerArn: reader.optionalString('powertoolsLayerArn'),
     logRetentionDays,
   };
 }
@@ -287,7 +269,10 @@ function checkHistoryBudget(s: Settings): void {
   }
 }
 
-/** Context values arrive as strings from `-c key=value` and as JSON values from cdk.json. */
+/**
+ * Context values arrive as strings from `-c key=value` and as JSON values from cdk.json. Each reader takes
+ * the key's default, bounds and pattern from contract/settings.json.
+ */
 class ContextReader {
   constructor(private readonly context: ContextSource) {}
 
@@ -300,11 +285,12 @@ class ContextReader {
     return this.raw(key) !== undefined;
   }
 
-  string(key: string, fallback: string, pattern: RegExp, what: string): string {
-    return this.optionalString(key, pattern, what) ?? fallback;
+  string(key: SettingKey): string {
+    return this.optionalString(key) ?? (SETTINGS[key].default as string);
   }
 
-  optionalString(key: string, pattern: RegExp, what: string): string | undefined {
+  optionalString(key: SettingKey): string | undefined {
+    const [pattern, what] = patternOf(key);
     const value = this.raw(key);
     if (value === undefined) return undefined;
     if (typeof value !== 'string' || !pattern.test(value)) {
@@ -313,11 +299,8 @@ class ContextReader {
     return value;
   }
 
-  list(key: string, fallback: string[], pattern: RegExp, what: string): string[] {
-    return this.optionalList(key, pattern, what) ?? fallback;
-  }
-
-  optionalList(key: string, pattern: RegExp, what: string): string[] | undefined {
+  optionalList(key: SettingKey): string[] | undefined {
+    const [pattern, what] = patternOf(key);
     const value = this.raw(key);
     if (value === undefined) return undefined;
     const items = Array.isArray(value) ? value : typeof value === 'string' ? value.split(',') : undefined;
@@ -334,7 +317,16 @@ class ContextReader {
     return trimmed as string[];
   }
 
-  integer(key: string, fallback: number, min: number, max: number): number {
+  /** A whole number within the key's bounds (min/max, else its lowest and highest allowed value). */
+  integer(key: SettingKey): number {
+    const spec = SETTINGS[key];
+    const allowed = spec.allowed as number[] | undefined;
+    const min = allowed ? Math.min(...allowed) : bound(spec.min, key);
+    const max = allowed ? Math.max(...allowed) : bound(spec.max, key);
+    return this.wholeNumber(key, spec.default as number, min, max);
+  }
+
+  private wholeNumber(key: string, fallback: number, min: number, max: number): number {
     const value = this.raw(key);
     if (value === undefined) return fallback;
     const parsed = typeof value === 'number' ? value : typeof value === 'string' ? Number(value.trim()) : NaN;
@@ -346,18 +338,19 @@ class ContextReader {
     return parsed;
   }
 
-  boolean(key: string, fallback: boolean): boolean {
+  boolean(key: SettingKey): boolean {
     const value = this.raw(key);
-    if (value === undefined) return fallback;
+    if (value === undefined) return SETTINGS[key].default as boolean;
     if (value === true || value === 'true') return true;
     if (value === false || value === 'false') return false;
     throw new SettingsError(`Context "${key}" must be true or false, got ${JSON.stringify(value)}.`);
   }
 
-  oneOf<T extends string>(key: string, allowed: readonly T[], fallback: T): T {
+  oneOf<T extends string>(key: SettingKey): T {
+    const allowed = SETTINGS[key].allowed as readonly string[];
     const value = this.raw(key);
-    if (value === undefined) return fallback;
-    if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value)) {
+    if (value === undefined) return SETTINGS[key].default as T;
+    if (typeof value !== 'string' || !allowed.includes(value)) {
       throw new SettingsError(
         `Context "${key}" must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}.`,
       );
@@ -365,15 +358,26 @@ class ContextReader {
     return value as T;
   }
 
-  pollLoop(prefix: string, intervalSeconds: number, maxAttempts: number): PollLoopSettings {
+  /** `<key>Seconds` (pollSecondsMin to pollSecondsMax) and `<key>MaxAttempts` (1 to pollMaxAttemptsMax). */
+  pollLoop(key: SettingKey): PollLoopSettings {
+    const fallback = SETTINGS[key].default as PollLoopSettings;
     return {
-      intervalSeconds: this.integer(
-        `${prefix}Seconds`,
-        intervalSeconds,
+      intervalSeconds: this.wholeNumber(
+        `${key}Seconds`,
+        fallback.intervalSeconds,
         LIMITS.pollSecondsMin,
         LIMITS.pollSecondsMax,
       ),
-      maxAttempts: this.integer(`${prefix}MaxAttempts`, maxAttempts, 1, 5000),
+      maxAttempts: this.wholeNumber(`${key}MaxAttempts`, fallback.maxAttempts, 1, LIMITS.pollMaxAttemptsMax),
     };
   }
+}
+
+/** The pattern a string setting (or each item of a list setting) must match, and its wording. */
+function patternOf(key: SettingKey): [RegExp, string] {
+  const spec = SETTINGS[key];
+  if (spec.pattern === undefined || spec.accepts === undefined) {
+    throw new Error(`contract/settings.json: "${key}" has no pattern or accepts`);
+  }
+  return [new RegExp(spec.pattern, spec.flags ?? ''), spec.accepts];
 }

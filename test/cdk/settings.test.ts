@@ -1,7 +1,10 @@
+import * as fs from 'fs';
+import * as path from 'path';
 import contractLimits from '../../contract/limits.json';
 import {
   COMPACTION_POLL_MAX_ATTEMPTS,
   LIMITS,
+  SETTINGS,
   EVENTS_OUTSIDE_LOOPS,
   EVENTS_PER_POLL_ITERATION,
   HISTORY_EVENT_LIMIT,
@@ -10,6 +13,7 @@ import {
   SettingsError,
   worstCaseHistoryEvents,
 } from '../../lib/settings';
+import { POWERTOOLS_LAYER_PARAMETER } from '../../lib/task-functions';
 
 const read = (context: Record<string, unknown>): Settings =>
   readSettings({ tryGetContext: (key) => context[key] });
@@ -229,5 +233,50 @@ describe('the settings check the limits of contract/limits.json', () => {
     expect(() => read({ sourceVolumeIops: iops, sourceVolumeThroughput: most + 1 })).toThrow(
       /needs at least/,
     );
+  });
+});
+
+describe('contract/settings.json is what readSettings reads', () => {
+  /** The context keys of contract/settings.json: a poll loop's entry stands for two. */
+  const contextKeys = Object.entries(SETTINGS).flatMap(([key, spec]) =>
+    spec.kind === 'pollLoop' ? [`${key}Seconds`, `${key}MaxAttempts`] : [key],
+  );
+
+  test('readSettings asks for every key of the file and no other (besides the retired compactionPollMaxAttempts)', () => {
+    const asked = new Set<string>();
+    readSettings({ tryGetContext: (key) => void asked.add(key) });
+    expect([...asked].sort()).toEqual([...contextKeys, 'compactionPollMaxAttempts'].sort());
+  });
+
+  test("the defaults are the file's (null = unset)", () => {
+    const s = read({});
+    const value = (key: string): unknown => {
+      if (key === 'compactionPollSeconds') return s.compactionPoll.intervalSeconds;
+      return (s as unknown as Record<string, unknown>)[key];
+    };
+    for (const [key, spec] of Object.entries(SETTINGS)) {
+      expect({ key, value: value(key) }).toEqual({ key, value: spec.default ?? undefined });
+    }
+  });
+
+  test('every bound named is a limit of limits.json', () => {
+    const names = Object.values(SETTINGS).flatMap((spec) =>
+      [spec.min, spec.max].filter((b): b is string => typeof b === 'string'),
+    );
+    expect(names.length).toBeGreaterThan(0);
+    expect(names.filter((name) => !(name in contractLimits.limits))).toEqual([]);
+  });
+
+  test("powertoolsLayerArn's default names the SSM parameter the stack resolves", () => {
+    expect(SETTINGS.powertoolsLayerArn.defaultText).toContain(`\`${POWERTOOLS_LAYER_PARAMETER}\``);
+  });
+
+  test("docs/deploy.md states the defaults' worst case of history events and the limit", () => {
+    const doc = fs
+      .readFileSync(path.join(__dirname, '..', '..', 'docs', 'deploy.md'), 'utf8')
+      .replace(/\s+/g, ' ');
+    expect(doc).toContain(`The defaults come to ${worstCaseHistoryEvents(read({})).toLocaleString('en-US')}`);
+    expect(doc).toContain(`limit of ${HISTORY_EVENT_LIMIT.toLocaleString('en-US')} history events`);
+    expect(doc).toContain(`${COMPACTION_POLL_MAX_ATTEMPTS} compaction calls`);
   });
 });
