@@ -48,8 +48,7 @@ export class CleanupWorkflow extends Construct {
     });
     const onError: ErrorRoute = { next: failed, resultPath: '$.error' };
     const wait = new sfn.Wait(this, 'Wait past the longest task', {
-      comment:
-        'Longest task Lambda timeout of the main workflow + 60 s (lib/task-functions.ts TASK_TIMEOUTS)',
+      comment: 'Longest task Lambda timeout of the main workflow + 60 s (contract/tasks.json timeoutSeconds)',
       time: sfn.WaitTime.duration(Duration.seconds(cleanupWaitSeconds())),
     });
     const definition = this.startState()

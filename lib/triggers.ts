@@ -6,7 +6,12 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { createTaskFunction, POWERTOOLS_ENVIRONMENT, TaskFunctionShared } from './task-functions';
+import {
+  checkedEnvironment,
+  createTaskFunction,
+  POWERTOOLS_ENVIRONMENT,
+  TaskFunctionShared,
+} from './task-functions';
 
 export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 
@@ -68,8 +73,10 @@ export class Triggers extends Construct {
       // Only what it reads (compactor/trigger.py TriggerConfig); none of the workflow's settings.
       environment: {
         ...POWERTOOLS_ENVIRONMENT,
-        TRIGGER_TAG_KEY: props.taskFunctionShared.environment.TRIGGER_TAG_KEY,
-        STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
+        ...checkedEnvironment('start_from_tag', {
+          TRIGGER_TAG_KEY: props.taskFunctionShared.environment.TRIGGER_TAG_KEY,
+          STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
+        }),
       },
     });
   }

@@ -3,6 +3,7 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { Construct } from 'constructs';
+import contractErrors from '../contract/errors.json';
 import contract from '../contract/tasks.json';
 import { PollLoopSettings } from './settings';
 
@@ -15,11 +16,19 @@ export const LAMBDA_SERVICE_ERRORS = [
   'Lambda.ClientExecutionTimeoutException',
 ];
 
+/** The error name if contract/errors.json lists it; an unlisted name fails the synth. */
+export function contractError(name: string): string {
+  if (!contractErrors.errors.some((e) => e.name === name)) {
+    throw new Error(`Error "${name}" is not in contract/errors.json`);
+  }
+  return name;
+}
+
 /**
  * What a handler raises when AWS still throttles or answers 5xx after botocore's retries
  * (compactor.errors.TransientAwsError): worth retrying the whole task after a pause.
  */
-export const TRANSIENT_AWS_ERROR = 'TransientAwsError';
+export const TRANSIENT_AWS_ERROR = contractError('TransientAwsError');
 
 /** Keys of `$.timings` (docs/contract.md): `start` plus one per phase. */
 export const PHASES: readonly string[] = contract.phases;
@@ -226,7 +235,7 @@ export class WorkflowBuilder {
   raise(id: string, error: string, cause: string, route: ErrorRoute, comment?: string): sfn.Pass {
     const pass = new sfn.Pass(this.scope, id, {
       comment,
-      parameters: { Error: error, Cause: cause },
+      parameters: { Error: contractError(error), Cause: cause },
       resultPath: route.resultPath,
     });
     pass.next(route.next);

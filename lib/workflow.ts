@@ -3,10 +3,10 @@ import * as logs from 'aws-cdk-lib/aws-logs';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import { Construct } from 'constructs';
-import limits from '../contract/limits.json';
-import { PollLoopSettings, Settings } from './settings';
+import { LIMITS, PollLoopSettings, Settings } from './settings';
 import { WorkflowTaskModule } from './task-functions';
 import {
+  contractError,
   ErrorRoute,
   JSON_NULL,
   PHASES,
@@ -27,7 +27,7 @@ export const $ = (path: string) => sfn.JsonPath.objectAt(path);
 const minutesOf = (bound: PollLoopSettings) => Math.round((bound.maxAttempts * bound.intervalSeconds) / 60);
 
 /** Seconds list_source_blocks lists per call (contract/limits.json blockListSliceSeconds). */
-export const BLOCK_LIST_SLICE_SECONDS: number = limits.limits.blockListSliceSeconds.value;
+export const BLOCK_LIST_SLICE_SECONDS = LIMITS.blockListSliceSeconds;
 /** The block-list loop's calls take a slice of listing each besides the wait between them. */
 const blockListMinutes = (bound: PollLoopSettings) =>
   Math.round((bound.maxAttempts * (bound.intervalSeconds + BLOCK_LIST_SLICE_SECONDS)) / 60);
@@ -183,7 +183,9 @@ export class CompactionWorkflow extends Construct {
     );
     const instanceLost = b.markPhase('Instance lost: teardown phase', 'teardown');
     instanceLost.next(retryTeardown).next(canRelaunch);
-    return [{ errors: ['InstanceLost'], route: { next: instanceLost, resultPath: '$.error' } }];
+    return [
+      { errors: [contractError('InstanceLost')], route: { next: instanceLost, resultPath: '$.error' } },
+    ];
   }
 
   private startState(): sfn.Pass {
