@@ -3,8 +3,10 @@ event-pattern language) and target input (Input, InputPath, InputTransformer as 
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import uuid
 from typing import Any
 
 from moto.events.models import EventPattern
@@ -89,6 +91,30 @@ def transform(target: dict[str, Any], event: dict[str, Any], rule_arn: str, rule
         return filled  # a text template stays text
 
 
+def event(
+    detail_type: str,
+    source: str,
+    region: str,
+    account: str,
+    resources: list[str],
+    detail: dict[str, Any],
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
+    """An AWS service event as EventBridge carries it: the envelope around `detail`."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": detail_type,
+        "source": source,
+        "account": account,
+        "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": resources,
+        "detail": detail,
+    }
+
+
 def status_change_event(
     region: str,
     account: str,
@@ -100,33 +126,24 @@ def status_change_event(
     output: Any = None,
 ) -> dict[str, Any]:
     """The "Step Functions Execution Status Change" event Step Functions sends to EventBridge."""
-    import datetime
-    import uuid
-
     now = datetime.datetime.now(datetime.UTC)
     millis = int(now.timestamp() * 1000)
-    return {
-        "version": "0",
-        "id": str(uuid.uuid4()),
-        "detail-type": "Step Functions Execution Status Change",
-        "source": "aws.states",
-        "account": account,
-        "time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": region,
-        "resources": [execution_arn],
-        "detail": {
-            "executionArn": execution_arn,
-            "stateMachineArn": state_machine_arn,
-            "name": name,
-            "status": status,
-            "startDate": millis,
-            "stopDate": millis,
-            "input": json.dumps(execution_input),
-            "output": None if output is None else json.dumps(output),
-            "inputDetails": {"included": True},
-            "outputDetails": {"included": True} if output is not None else None,
-        },
+    detail = {
+        "executionArn": execution_arn,
+        "stateMachineArn": state_machine_arn,
+        "name": name,
+        "status": status,
+        "startDate": millis,
+        "stopDate": millis,
+        "input": json.dumps(execution_input),
+        "output": None if output is None else json.dumps(output),
+        "inputDetails": {"included": True},
+        "outputDetails": {"included": True} if output is not None else None,
     }
+    return event(
+        "Step Functions Execution Status Change", "aws.states", region, account,
+        [execution_arn], detail, now,
+    )  # fmt: skip
 
 
 def deliveries(
