@@ -2,10 +2,11 @@ import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { CompactorStack } from '../../lib/compactor-stack';
 import { readSettings } from '../../lib/settings';
+import { withCdkJsonContext } from './cdk-json';
 
-/** A synthesized stack with the given CDK context, as the CLI would build it. */
+/** A synthesized stack with cdk.json's context (feature flags) plus the given keys, as the CLI would build it. */
 export function synthTemplate(context: Record<string, unknown> = {}): Template {
-  const app = new App({ context });
+  const app = new App({ context: withCdkJsonContext(context) });
   const stack = new CompactorStack(app, 'Test', { settings: readSettings(app.node) });
   return Template.fromStack(stack);
 }
