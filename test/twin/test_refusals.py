@@ -3,7 +3,6 @@ error and creates nothing; a pending source gives sourcesReady false until it co
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ GIB = 1024**3
 
 @pytest.fixture(scope="module")
 def compactor_modules() -> Any:
-    if str(REPO / "lambdas") not in sys.path:
-        sys.path.insert(0, str(REPO / "lambdas"))
     from compactor import aws, errors, planning
     from compactor.config import Config
 
