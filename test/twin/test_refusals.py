@@ -13,7 +13,6 @@ from twin.bad_inputs import cases
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
 
-REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
 
 
