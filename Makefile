@@ -31,14 +31,16 @@ lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
 # Generated Markdown blocks match contract/ and the code (devkit/docs.py), every relative link
 # resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
 # --strict) by lint-devkit (mk/devkit.mk, run by lint-dataplane).
+# Renderers import the task Lambdas' package (compactor) from lambdas/, as Lambda does from its code root.
+DOCS := PYTHONPATH=lambdas $(PY) -m devkit.docs
 lint-docs: setup
-	$(PY) -m devkit.docs --check
+	$(DOCS) --check
 	$(PY) -m devkit.links
 	$(PY) -m devkit.function_length
 
 # Rewrites every generated block (tables from contract/*.json, the size table, the workflow table).
 docs: setup
-	$(PY) -m devkit.docs
+	$(DOCS)
 
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup

@@ -27,7 +27,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contract"
 # compactor (the Lambda package) imports from lambdas/, as Lambda imports from its code root
-LAMBDAS = ROOT / "lambdas"
 BLOCK = re.compile(
     r"(?P<begin><!-- BEGIN GENERATED: (?P<name>[a-z0-9-]+) \(python -m devkit\.docs\) -->\n)"
     r"(?P<body>.*?)"
@@ -256,8 +255,6 @@ def imported(module: str, function: str) -> Callable[[], str]:
     """A renderer living in another module, imported only when its block is rendered."""
 
     def render() -> str:
-        if str(LAMBDAS) not in sys.path:
-            sys.path.append(str(LAMBDAS))
         result: str = getattr(importlib.import_module(module), function)()
         return result
 

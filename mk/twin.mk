@@ -29,7 +29,7 @@ test-twin: twin-synth
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
-	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault $(FAULT)
+	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)"
 
 # Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
 sweep: twin-synth

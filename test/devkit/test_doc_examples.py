@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -26,9 +25,7 @@ import pytest
 
 from devkit import docs
 
-if str(docs.LAMBDAS) not in sys.path:
-    sys.path.append(str(docs.LAMBDAS))
-# compactor (the Lambda package) imports from lambdas/, as Lambda imports from its code root
+# compactor (the Lambda package) imports from lambdas/ (pyproject.toml's pytest pythonpath)
 schemas: Any = importlib.import_module("compactor.schemas")
 
 MARKED = re.compile(
