@@ -24,7 +24,7 @@ $(STAMPS)/venv: requirements-dev.txt constraints.txt
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt -c constraints.txt
 	@mkdir -p $(STAMPS) && touch $@
 
-include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk
+include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk mk/boot.mk
 
 lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
 

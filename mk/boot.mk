@@ -1,0 +1,12 @@
+# The boot proof of issue #12 (test/boot): a real Debian disk (devkit/debian) copied by sparsecopy
+# boots BIOS and UEFI in QEMU (TCG, devkit/qemu_boot.py). Opt-in: needs root, the Debian mirror
+# once (the cache lives in out/cache/debian-bookworm/) and ~3 min; not part of `make test`.
+# devkit/debian and devkit/qemu_boot.py are linted with the rest of devkit/ (lint-devkit).
+.PHONY: lint-boot test-boot
+lint-boot: setup
+	$(VENV)/bin/ruff check test/boot
+	$(VENV)/bin/ruff format --check test/boot
+	$(VENV)/bin/mypy --strict --python-version 3.11 test/boot
+
+test-boot: setup lint-boot
+	$(PY) -m pytest -q -s test/boot
