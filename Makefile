@@ -26,7 +26,7 @@ $(STAMPS)/venv: requirements-dev.txt constraints.txt
 
 include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk mk/boot.mk
 
-lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench
+lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench lint-boot
 
 # Generated Markdown blocks match contract/ and the code (devkit/docs.py), every relative link
 # resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
@@ -45,7 +45,7 @@ docs: setup
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup
 	@failed=""; \
-	for t in lint test-lambdas test-cdk test-dataplane test-bench test-twin; do \
+	for t in lint test-lambdas test-cdk test-dataplane test-bench test-boot test-twin; do \
 	  echo "==> make $$t"; \
 	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; \
 	done; \
