@@ -7,6 +7,9 @@ FS ?= ext4
 INPUT ?= snapshot
 TRIGGER ?= api
 FAULT ?= none
+# OS=debian (INPUT=ami): a real Debian root, booted in QEMU after the run; BOOT_MODE=uefi for UEFI
+OS ?= none
+BOOT_MODE ?=
 # make sweep STATES="Launch transfer instance,Report" KINDS=error,abort WORKERS=2
 STATES ?=
 KINDS ?=
@@ -29,7 +32,8 @@ test-twin: twin-synth
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
-	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)"
+	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)" \
+	  --os "$(OS)" --boot-mode "$(BOOT_MODE)"
 
 # Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
 sweep: twin-synth

@@ -1,13 +1,14 @@
 """The checks of a twin run: each new snapshot's files and fsck against its source disk (and the
 block picture of both), the source unchanged, the new AMI's attributes and fast snapshot
-restores, every AWS call of the Lambdas against the synthesized roles; and `holds`, the
-invariants every case must keep."""
+restores, every AWS call of the Lambdas against the synthesized roles, with OS=debian the boot of
+both AMIs' root volumes (twin/boot_proof.py); and `holds`, the invariants every case must keep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from . import boot_proof
 from .context import Context
 from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.server import Emulator
@@ -32,6 +33,7 @@ class Checks:
     source_unchanged: bool
     image: dict[str, Any]
     iam_denials: list[str]
+    boots: dict[str, dict[str, Any]]  # OS=debian: {"new", "source"} -> the boot's facts
 
 
 def check(ctx: Context, run: Run) -> Checks:
@@ -41,7 +43,20 @@ def check(ctx: Context, run: Run) -> Checks:
     image = _ami_check(ctx.emu, source, run.facts.new_image_id if run.facts else None)
     # every call the Lambdas made, checked against the synthesized roles (conditions included)
     denials = [str(denial) for denial in check_calls(ctx.emu.calls_path, ctx.d)]
-    return Checks(verification, new_chunks_total, panels, unchanged, image, denials)
+    boots = _boots(ctx, run.facts.new_image_id if run.facts else None)
+    return Checks(verification, new_chunks_total, panels, unchanged, image, denials, boots)
+
+
+def _boots(ctx: Context, new_image_id: str | None) -> dict[str, dict[str, Any]]:
+    """OS=debian: boot the new AMI (when the run registered one that still exists) and the
+    source AMI in QEMU through their own bootloaders."""
+    source = ctx.registered
+    if ctx.opts.os == "none" or source.image_id is None:
+        return {}
+    images = {"source": source.image_id}
+    if new_image_id is not None and new_image_id in ctx.emu.ec2.amis:
+        images = {"new": new_image_id, **images}
+    return boot_proof.boot_images(ctx.emu, images, ctx.logdir)
 
 
 def _verification(ctx: Context, run: Run) -> tuple[list[dict[str, Any]], int, list[Panel]]:
@@ -105,8 +120,11 @@ def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str,
 def holds(row: dict[str, Any]) -> bool:
     """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
     roles, the source untouched, and once delivered
-    the new snapshots (and the AMI, if one was registered) still exist."""
+    the new snapshots (and the AMI, if one was registered) still exist; with OS=debian a new AMI
+    that was booted booted."""
     if row["leaked_resources"] or row.get("iam_denials"):
+        return False
+    if row.get("new_image_boots") is False:
         return False
     if not row["source_snapshot_unchanged"]:
         return False

@@ -2,9 +2,12 @@
 
 usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
                            [--trigger api|tag] [--fault KIND@STATE|NAME] [--cdk-out DIR] [--out DIR]
+                           [--os none|debian] [--boot-mode legacy-bios|uefi]
 
 FAULT: KIND@STATE with KIND one of error, throttle, abort, lost and STATE a Task state of the
 synthesized main definition (e.g. error@Report), or one of the named faults.
+OS=debian (INPUT=ami): the source AMI's root is a real Debian disk; after the run the new AMI and
+the source boot in QEMU with the AMI's boot mode (BOOT_MODE, legacy-bios by default, or uefi).
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ def summary(report: dict[str, Any]) -> str:
 def _run_lines(report: dict[str, Any]) -> list[str]:
     """The scenario, the execution's end, the fault, the outcome, cleanup, trigger, states."""
     s = report["scenario"]
+    os_label = f" OS={s['os']} BOOT_MODE={s['boot_mode']}" if s.get("os", "none") != "none" else ""
     lines = [
-        f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}",
+        f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}"
+        + os_label,
         f"  execution        {report['execution_name'] or '(one per case)'}: "
         f"{report['execution_status']}"
         + (f" with {report['error']}" if report.get("error") else ""),
@@ -127,6 +132,7 @@ def _detail_lines(report: dict[str, Any]) -> list[str]:
             f"  new AMI          {image.get('new_image_id')}: attributes equal "
             f"{image.get('attributes_equal')}, FSR {image.get('fsr')}"
         )
+    lines += _boot_lines(report)
     for case in report.get("bad_input_cases", []):
         lines.append(
             f"  bad input        {case['case']}: {case['execution_status']} with {case['error']} "
@@ -134,6 +140,28 @@ def _detail_lines(report: dict[str, Any]) -> list[str]:
         )
     for note in report.get("notes", []):
         lines.append(f"  note             {note}")
+    return lines
+
+
+def _boot_lines(report: dict[str, Any]) -> list[str]:
+    """OS=debian: whether the new AMI and the source boot, in how long, and on failure the
+    console's last lines."""
+    proof = report.get("boot_proof") or {}
+    if not proof:
+        return []
+    lines = [] if "new" in proof else ["  new AMI boots    not booted: the run registered no AMI"]
+    for role, label in (("new", "new AMI boots   "), ("source", "source AMI boots")):
+        boot = proof.get(role)
+        if boot is None:
+            continue
+        lines.append(
+            f"  {label} {str(boot['boots']).lower()} in {boot['seconds']:.1f} s "
+            f"({boot['boot_mode']}: {boot['firmware']}, {boot['interface']}; "
+            + (boot["marker"] or boot["fatal"] or "no BOOT-CHECK line")
+            + (", timed out" if boot["timed_out"] else "")
+            + ")"
+        )
+        lines += [f"      console {line}" for line in boot["console_tail"]]
     return lines
 
 
@@ -196,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", default=os.environ.get("FAULT") or None,
                         help=f"KIND@STATE[+KIND@STATE...] (KIND: {', '.join(KINDS)}) or one of: "
                         + ", ".join(FAULTS))  # fmt: skip
+    parser.add_argument("--os", default=os.environ.get("OS") or "none")
+    parser.add_argument("--boot-mode", default=os.environ.get("BOOT_MODE") or None)
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
@@ -205,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
         cdk_out=args.cdk_out, out_dir=args.out,
+        os=args.os or "none", boot_mode=args.boot_mode or None,
     )  # fmt: skip
     try:
         opts.validate()

@@ -1,5 +1,5 @@
-"""What one twin scenario runs: FS, INPUT, TRIGGER and FAULT of `make demo`, where the cloud
-assembly is and where the report goes."""
+"""What one twin scenario runs: FS, INPUT, TRIGGER, FAULT, OS and BOOT_MODE of `make demo`, where
+the cloud assembly is and where the report goes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from . import disks
 from .emulator.faults import parse
 
 REPO = Path(__file__).resolve().parents[1]
+OSES = ("none", "debian")
+# The AMI's BootMode with OS=debian and the firmware QEMU boots it with.
+BOOT_MODES = ("legacy-bios", "uefi")
 
 
 @dataclass
@@ -23,6 +26,14 @@ class Options:
     seed: int = 0
     wait_ms: int = 100
     picture: bool = True
+    # OS=debian: the source AMI's root is a real Debian disk, and both AMIs are booted in QEMU.
+    os: str = "none"
+    boot_mode: str | None = None  # OS=debian: legacy-bios (the default) or uefi
+
+    @property
+    def ami_boot_mode(self) -> str | None:
+        """The source AMI's BootMode with OS=debian (legacy-bios unless BOOT_MODE says)."""
+        return (self.boot_mode or "legacy-bios") if self.os == "debian" else None
 
     def validate(self) -> None:
         if self.fs not in disks.FILESYSTEMS:
@@ -33,4 +44,20 @@ class Options:
             raise ValueError(f"TRIGGER={self.trigger}: choose api or tag")
         if self.trigger == "tag" and self.input != "snapshot":
             raise ValueError("TRIGGER=tag starts compactions of snapshots: use INPUT=snapshot")
+        self._validate_os()
         parse(self.fault)  # the state is checked against the definition once deployed
+
+    def _validate_os(self) -> None:
+        if self.os not in OSES:
+            raise ValueError(f"OS={self.os}: choose one of {', '.join(OSES)}")
+        if self.boot_mode is not None and self.boot_mode not in BOOT_MODES:
+            raise ValueError(f"BOOT_MODE={self.boot_mode}: choose one of {', '.join(BOOT_MODES)}")
+        if self.os == "none":
+            if self.boot_mode is not None:
+                raise ValueError(f"BOOT_MODE={self.boot_mode} is the boot mode of OS=debian's AMI: "
+                                 "add OS=debian INPUT=ami")  # fmt: skip
+            return
+        if self.input != "ami":
+            raise ValueError(f"OS={self.os} builds the source AMI's root disk: use INPUT=ami")
+        if self.fs != "ext4":
+            raise ValueError(f"OS={self.os}: the Debian root is ext4, FS={self.fs} does not apply")

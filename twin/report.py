@@ -30,7 +30,9 @@ def _doc(meaning: str) -> dict[str, str]:
 
 @dataclass
 class Report:
-    scenario: dict[str, str] = field(metadata=_doc("`fs`, `input`, `trigger`, `fault` of the run"))
+    scenario: dict[str, Any] = field(
+        metadata=_doc("`fs`, `input`, `trigger`, `fault`, `os`, `boot_mode` of the run")
+    )
     fault: str = field(
         metadata=_doc("KIND@STATE (several joined by `+`), the named fault, or `none`")
     )
@@ -141,6 +143,28 @@ class Report:
             "INPUT=ami: the new AMI's attributes against the source's, its fast snapshot restores"
         )
     )
+    new_image_boots: bool | None = field(
+        metadata=_doc(
+            "OS=debian: the new AMI's root volume booted in QEMU through its own bootloader, with "
+            "the firmware of the AMI's boot mode (legacy-bios: SeaBIOS, uefi: OVMF), to an init "
+            "that found its mounts and `dpkg --verify` clean; a dead end or the timeout is false; "
+            "null without OS=debian or without a new AMI"
+        )
+    )
+    new_image_boot_seconds: float | None = field(
+        metadata=_doc("from QEMU's start to the guest's power-off (or the failure)")
+    )
+    source_image_boots: bool | None = field(
+        metadata=_doc("OS=debian: the same boot of the source AMI's root volume, for comparison")
+    )
+    source_image_boot_seconds: float | None = field(metadata=_doc("its seconds"))
+    boot_proof: dict[str, Any] = field(
+        metadata=_doc(
+            "OS=debian, per AMI (`new`, `source`): its root snapshot, boot mode, firmware, "
+            "`boots`, `seconds`, the BOOT-CHECK line, milestones, the console log and, on "
+            "failure, the console's last lines (`console_tail`)"
+        )
+    )
     bad_input_cases: list[dict[str, Any]] = field(
         metadata=_doc(
             "FAULT=bad-input: per case its error, the expected one, and whether it created nothing"
@@ -207,7 +231,7 @@ def _execution_fields(ctx: Context, run: Run) -> dict[str, Any]:
     opts = ctx.opts
     label = fault_label(ctx.fault)
     return {
-        "scenario": {"fs": opts.fs, "input": opts.input, "trigger": opts.trigger, "fault": label},
+        "scenario": _scenario(opts, label),
         "fault": label,
         "fault_applied": _fault_applied(ctx, primary),
         "faults_applied": _faults_applied(ctx, primary),
@@ -268,11 +292,28 @@ def _run_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         "trigger": ctx.trigger,
         "retriggered_executions": ctx.trigger.get("retriggered_executions", 0),
         "image": checks.image,
+        **_boot_fields(checks),
         "bad_input_cases": run.cases,
         "workflow_report": primary.workflow_report if primary else None,
         "notes": ctx.notes,
         "transfer_instances": counts.transfer_instances,
         "iam_denials": checks.iam_denials,
+    }
+
+
+def _scenario(opts: Options, fault: str) -> dict[str, Any]:
+    return {"fs": opts.fs, "input": opts.input, "trigger": opts.trigger, "fault": fault,
+            "os": opts.os, "boot_mode": opts.ami_boot_mode}  # fmt: skip
+
+
+def _boot_fields(checks: Checks) -> dict[str, Any]:
+    new, source = checks.boots.get("new") or {}, checks.boots.get("source") or {}
+    return {
+        "new_image_boots": new.get("boots"),
+        "new_image_boot_seconds": new.get("seconds"),
+        "source_image_boots": source.get("boots"),
+        "source_image_boot_seconds": source.get("seconds"),
+        "boot_proof": checks.boots,
     }
 
 

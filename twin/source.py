@@ -1,6 +1,6 @@
 """The source of a twin scenario: a dirty disk registered as a snapshot (INPUT=snapshot) or a
-golden image of two disks (INPUT=ami), and the fingerprints that tell whether the workflow changed
-it."""
+golden image of two disks (INPUT=ami; with OS=debian its root is a real Debian disk), and the
+fingerprints that tell whether the workflow changed it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import disks
+from . import boot_proof, disks
 from .emulator import boot
 from .emulator.server import Emulator
 from .options import Options
@@ -47,19 +47,39 @@ def register(emu: Emulator, opts: Options, work: Path) -> Source:
             state="pending" if pending else "completed", completes=True,
         )  # fmt: skip
         return Source("snapshot", [sid], [disk])
-    # A golden image built from the same AL2023 release as the transfer AMI: its root
-    # filesystem has the transfer AMI's root UUID (emulator/boot.py), so a transfer instance
-    # launched with it mapped boots from it.
-    base_uuid = boot.AL2023_ROOT_UUID if opts.fs in ("ext4", "xfs") else None
-    root = disks.build(opts.fs, work / "root.img", opts.seed, root_uuid=base_uuid)
+    if opts.os == "debian":
+        root = boot_proof.build_root(work)
+    else:
+        # A golden image built from the same AL2023 release as the transfer AMI: its root
+        # filesystem has the transfer AMI's root UUID (emulator/boot.py), so a transfer instance
+        # launched with it mapped boots from it.
+        base_uuid = boot.AL2023_ROOT_UUID if opts.fs in ("ext4", "xfs") else None
+        root = disks.build(opts.fs, work / "root.img", opts.seed, root_uuid=base_uuid)
     data = disks.build("bare-ext4", work / "data.img", opts.seed + 10)
     image_id, sids = emu.register_ami(
-        "twin-demo-image", [("/dev/xvda", root.path), ("/dev/sdb", data.path)], AMI_ATTRIBUTES
-    )
+        "twin-demo-image", [("/dev/xvda", root.path), ("/dev/sdb", data.path)],
+        ami_attributes(opts),
+    )  # fmt: skip
     emu.boto3_client("ec2").create_tags(
         Resources=[image_id], Tags=[{"Key": k, "Value": v} for k, v in SOURCE_TAGS.items()]
     )
     return Source("image", sids, [root, data], image_id=image_id)
+
+
+def ami_attributes(opts: Options) -> dict[str, Any]:
+    """The source AMI's attributes; with OS=debian its BootMode is BOOT_MODE's (legacy-bios by
+    default), and NitroTPM (TpmSupport) only with uefi, as EC2 requires."""
+    if opts.os == "none":
+        return dict(AMI_ATTRIBUTES)
+    attributes = {
+        **AMI_ATTRIBUTES,
+        "Description": "twin demo image: a Debian bookworm root (GRUB for BIOS and UEFI) and an "
+        "ext4 data volume",
+        "BootMode": opts.ami_boot_mode,
+    }
+    if opts.ami_boot_mode != "uefi":
+        attributes.pop("TpmSupport")
+    return attributes
 
 
 def fingerprints(emu: Emulator, source: Source) -> dict[str, str | None]:
