@@ -12,7 +12,7 @@ The boot (devkit.qemu_boot): the root snapshot's backing sparse file, opened wit
 (nothing is written to it), as an NVMe disk like a Nitro instance's EBS volume; legacy-bios boots
 through SeaBIOS, uefi through OVMF. The guest's init (devkit/debian/boot-check) checks its mounts
 and runs `dpkg --verify`, prints a BOOT-CHECK line and powers off; a dead end or the timeout is a
-failure. Each boot takes ~25 s under TCG; the two run side by side (~40 s on 2 cores)."""
+failure. Each boot takes ~25 s under TCG; the two run side by side (22-25 s each on 2 cores)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ FIRMWARE = {"legacy-bios": "bios", "uefi": "uefi", "uefi-preferred": "uefi"}
 FIRMWARE_NAME = {"bios": "SeaBIOS", "uefi": "OVMF"}
 DEFAULT_BOOT_MODE = "legacy-bios"
 INTERFACE = "nvme"  # EBS volumes are NVMe devices on Nitro instances
-BOOT_TIMEOUT = 240.0  # seconds; two boots side by side take ~40 s each here
+BOOT_TIMEOUT = 240.0  # seconds; two boots side by side took 22-25 s each here
 
 
 def build_root(work: Path) -> DiskImage:

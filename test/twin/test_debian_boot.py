@@ -4,7 +4,7 @@ root volume then boots in QEMU through its own bootloader with the AMI's boot mo
 legacy-bios, OVMF for uefi), as does the source's for comparison.
 
 Needs root, the Debian cache under out/cache/debian-bookworm/ (fetched from the mirror once, ~70 s)
-and ~2 min a scenario (two boots side by side under TCG, ~40 s)."""
+and ~70 s a scenario with the cache (two boots side by side under TCG, ~25 s)."""
 
 from __future__ import annotations
 
