@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from twin import demo
+from twin.checks import holds
 from twin.scenario import Options, run
 
 TOOLS = ("debootstrap", "qemu-system-x86_64", "grub-install", "grub-mkstandalone", "mcopy", "zstd")
@@ -65,3 +66,24 @@ def test_the_new_ami_of_a_debian_image_boots(
         assert f"firmware={firmware}" in boot["marker"] and boot["problems"] == 0
     assert report["new_image_boot_seconds"] == new["seconds"] > 0
     assert f"  new AMI boots    true in {new['seconds']:.1f} s ({boot_mode}" in demo.summary(report)
+
+
+def test_a_new_ami_that_does_not_boot_fails_the_run_and_shows_its_console() -> None:
+    boot = {"image_id": "ami-1", "snapshot_id": "snap-1", "boot_mode": "legacy-bios",
+            "firmware": "SeaBIOS", "interface": "nvme", "boots": False, "seconds": 25.0,
+            "marker": None, "fatal": "no GRUB", "timed_out": False,
+            "console_tail": ["[   0.1] Booting from Hard Disk..."]}  # fmt: skip
+    row = {"leaked_resources": 0, "iam_denials": [], "source_snapshot_unchanged": True,
+           "delivered": True, "new_snapshots_existing": 1, "new_snapshot_ids": ["snap-1"],
+           "new_image_id": "ami-1", "new_image_existing": True}  # fmt: skip
+    assert holds({**row, "new_image_boots": None}) is True  # OS=none: nothing booted
+    assert holds({**row, "new_image_boots": True}) is True
+    assert holds({**row, "new_image_boots": False}) is False
+    lines = demo._boot_lines({"boot_proof": {"new": boot}})
+    assert lines == [
+        "  new AMI boots    false in 25.0 s (legacy-bios: SeaBIOS, nvme; no GRUB)",
+        "      console [   0.1] Booting from Hard Disk...",
+    ]
+    assert demo._boot_lines({"boot_proof": {"source": {**boot, "boots": True}}})[0] == (
+        "  new AMI boots    not booted: the run registered no AMI"
+    )
