@@ -131,9 +131,13 @@ def execute(
     fault: StateFault | None = None,
     machine: Machine | None = None,
     faults: list[StateFault] | None = None,
+    live_log: Path | None = None,
 ) -> ExecutionResult:
     """Run one execution to its end. `machine` defaults to the deployment's state machine.
-    `faults` (each fires once, at the first call in its state) or `fault` (one of them)."""
+    `faults` (each fires once, at the first call in its state) or `fault` (one of them).
+    `live_log`: a JSON-lines file the runner appends each event to as it happens (the twin's
+    GetExecutionHistory reads it while the run goes on: emulator/stepfunctions_twin.py); the run
+    aborts when the file beside it with suffix .stop appears (the twin's StopExecution)."""
     if machine is None:
         machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
                           deployment.definition)  # fmt: skip
@@ -155,6 +159,8 @@ def execute(
         "throttledCallsPerFunction": throttled_calls_per_function,
         "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],
         "emulatorEndpoint": emu.endpoint,
+        "liveEventLog": str(live_log) if live_log is not None else None,
+        "stopFile": str(live_log.with_suffix(".stop")) if live_log is not None else None,
     }
     raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
                       timeout_seconds)  # fmt: skip

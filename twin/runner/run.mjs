@@ -4,7 +4,9 @@
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
 //       python, worker, logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
-//       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint}
+//       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint,
+//       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
+//       stopFile (optional: the run aborts when this file appears: the twin's StopExecution)}
 //       (a single `fault: {kind, state}` is still read as a list of one)
 // RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
 //          workflowReport, faults: [{kind, state, applied: bool, detail}, ...],
@@ -33,7 +35,14 @@ if (typeof Promise.withResolvers !== 'function') {
 }
 
 import { spawn } from 'node:child_process';
-import { createWriteStream, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import {
+  appendFileSync,
+  createWriteStream,
+  existsSync,
+  readFileSync,
+  writeFileSync,
+  mkdirSync,
+} from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -349,13 +358,42 @@ execution = machine.run(job.input, {
   context,
 });
 
+// StopExecution of the twin's Step Functions API (job.stopFile, optional): the file's appearance
+// aborts the run (the Lambda call in flight completes, as below).
+if (job.stopFile) {
+  const watch = setInterval(() => {
+    if (!existsSync(job.stopFile)) return;
+    clearInterval(watch);
+    execution.abort();
+  }, 100);
+  watch.unref();
+}
+
 const events = [];
+// The live event log (job.liveEventLog, optional): each event as one JSON line as it happens, with
+// the state's input and output, so the twin's GetExecutionHistory answers while the run goes on.
+function liveLog(event) {
+  if (!job.liveEventLog) return;
+  const line = {
+    type: event.type,
+    timestamp: event.timestamp,
+    state: event.state?.name ?? null,
+    stateType: event.state?.type ?? null,
+    input: event.state?.input ?? event.input ?? null,
+    output: event.state?.output ?? event.output ?? null,
+    error: event.Error ?? null,
+    cause: event.Cause ?? null,
+  };
+  appendFileSync(job.liveEventLog, `${JSON.stringify(line)}\n`);
+}
+
 const collecting = (async () => {
   for await (const event of execution.eventLogs) {
     if (event.type === 'StateEntered') {
       currentState = event.state.name;
       if (waitSettles(settling[event.state.name] ?? {})) settlePending = true;
     }
+    liveLog(event);
     events.push({
       type: event.type,
       timestamp: event.timestamp,
