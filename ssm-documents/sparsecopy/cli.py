@@ -9,15 +9,11 @@ import traceback
 from typing import Optional
 
 from . import job
-from .blockdev import sector_size, size_of
-from .copier import open_device
 from .device import find_device
-from .disk_copy import DEFAULT_JOBS, DEFAULT_SCRATCH, CopyOptions, check_device, copy_disk
+from .disk_copy import DEFAULT_JOBS, DEFAULT_SCRATCH, CopyOptions, copy_disk, inspect_disk
 from .errors import Failure
-from .extents import total
-from .plan import ALLOCATED, METHODS, MetaReader, plan_disk
+from .plan import ALLOCATED, METHODS
 from .progress import log
-from .source_blocks import against_device, load
 
 BLOCKS_HELP = (
     "JSON (optionally gzipped) list of the 512 KiB blocks the source's snapshot holds "
@@ -56,6 +52,7 @@ def _add_job(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="presigned GET of the gzip tar of volume-<i>.json block lists (empty: none)",
     )
     run.add_argument("--scratch", default=DEFAULT_SCRATCH, help="directory for trim images")
+    run.add_argument("--mode", choices=("copy", "inspect"), default="copy")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,27 +86,7 @@ def _copy(args: argparse.Namespace) -> "dict[str, object]":
 
 
 def _inspect(args: argparse.Namespace) -> "dict[str, object]":
-    check_device(args.source, "source")
-    blocks = load(args.source_blocks) if args.source_blocks else None
-    fd = open_device(args.source, write=False)
-    reader = MetaReader(args.source)
-    try:
-        size = size_of(fd)
-        held = against_device(blocks, size, args.source) if blocks else None
-        if held:
-            reader.limit(held)
-        plan = plan_disk(args.source, size, sector_size(fd), ALLOCATED, False, reader, held)
-    finally:
-        reader.close()
-        os.close(fd)
-    return {
-        "source": args.source,
-        "size": size,
-        "table": plan.layout.table,
-        "partitions": [p.summary() for p in plan.partitions],
-        "outside_partitions_bytes": total(plan.outside),
-        "held_blocks": held.blocks if held else None,
-    }
+    return inspect_disk(args.source, args.source_blocks)
 
 
 def _job(args: argparse.Namespace) -> int:
@@ -124,6 +101,7 @@ def _job(args: argparse.Namespace) -> int:
             args.verify == "true",
             args.source_blocks_url,
             args.scratch,
+            args.mode,
         )
     )
 

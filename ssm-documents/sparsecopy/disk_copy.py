@@ -17,8 +17,8 @@ from .errors import Failure
 from .extents import Extents, align, clip, normalize, total
 from .plan import ALLOCATED, TRIM, DiskPlan, MetaReader, Scratch, check_scratch, plan_disk
 from .progress import Progress, log
-from .source_blocks import BlockList, Held, against_device, load
-from .trim import copy_trimmed
+from .source_blocks import BLOCK_SIZE, BlockList, Held, against_device, load
+from .trim import copy_trimmed, staged_extents
 from .verify import fsck_all
 
 HEAD = 1024 * 1024  # written last, so an unfinished target holds no recognisable table/superblock
@@ -159,7 +159,10 @@ def _write(
     """The copy itself, the table/superblock last. Returns (bytes read, bytes written)."""
     on_read = dev.held.touch if dev.held else None
     copier = Copier(options.jobs, on_read=on_read)
-    progress = Progress("copy", total(ranges))
+    # Every byte the copy reads from the source: its own ranges and the partitions staged for
+    # the trim method (their write-back, known only after fstrim, is a phase of its own).
+    trimmed = [staged_extents(part, dev.held) for part in plan.partitions if part.method == TRIM]
+    progress = Progress("copy", total(ranges) + sum(total(staged) for staged in trimmed))
     copier.copy(dev.source_fd, dev.target_fd, clip(ranges, HEAD, dev.size), progress)
     read, written = copier.bytes_read, copier.bytes_written
     for part in plan.partitions:
@@ -171,6 +174,7 @@ def _write(
                 options.scratch,
                 options.jobs,
                 options.verify,
+                progress,
                 dev.held,
             )
             read, written = read + staged, written + kept
@@ -220,3 +224,39 @@ def copy_disk(options: CopyOptions) -> "dict[str, object]":
         opened.callback(reader.close)
         dev = _examine(options, source_fd, target_fd, reader, blocks)
         return _copy_open(options, dev, started)
+
+
+def inspect_disk(source: str, blocks_file: Optional[str] = None) -> "dict[str, object]":
+    """The plan of SOURCE, read-only (no replay), and what a copy would read and store: the
+    512 KiB blocks its ranges touch (docs/workflow.md, "Dry run")."""
+    check_device(source, "source")
+    blocks = load(blocks_file) if blocks_file else None
+    fd = open_device(source, write=False)
+    reader = MetaReader(source)
+    try:
+        size, sector = size_of(fd), sector_size(fd)
+        held = against_device(blocks, size, source) if blocks else None
+        if held:
+            reader.limit(held)
+        plan = plan_disk(source, size, sector, ALLOCATED, False, reader, held)
+    finally:
+        reader.close()
+        os.close(fd)
+    parts = plan.partitions
+    ranges = align(normalize(plan.outside + [e for p in parts for e in p.extents]), sector, size)
+    count, last = 0, -1
+    for start, length in ranges:
+        first, end = max(start // BLOCK_SIZE, last + 1), (start + length - 1) // BLOCK_SIZE
+        count += max(end - first + 1, 0)
+        last = max(last, end)
+    return {
+        "source": source,
+        "size": size,
+        "table": plan.layout.table,
+        "partitions": [p.summary() for p in parts],
+        "outside_partitions_bytes": total(plan.outside),
+        "held_blocks": held.blocks if held else None,
+        "live_bytes": total(plan.outside) + sum(total(p.extents) for p in parts),
+        "bytes_to_read": total(ranges),
+        "predicted_blocks": count,
+    }

@@ -4,7 +4,8 @@ The document passes its parameters as they are: comma lists of the source and ta
 ids and device names (job order), the method, jobs, verify and the presigned URL of the block
 lists. The job fetches and unpacks the block lists (when there is a URL), then for each volume
 finds both devices and copies the source onto the target (with the volume's block list when the
-bundle has one), and prints the one bounded JSON line the Lambdas parse: the summary on success
+bundle has one; mode inspect: only inspect_disk each source), and prints the one bounded
+JSON line the Lambdas parse: the summary on success
 (exit 0), else the error with the volume it belongs to (exit 1). Everything else, including
 each volume's full summary, goes to standard error; while the job runs, standard output is
 pointed at standard error so that no child program can add a line.
@@ -19,11 +20,11 @@ from typing import Callable, NamedTuple, Optional
 
 from . import bundle
 from .device import find_device
-from .disk_copy import CopyOptions, copy_disk
+from .disk_copy import CopyOptions, copy_disk, inspect_disk
 from .errors import Failure
 from .plan import ALLOCATED
 from .progress import log
-from .summary import MAX_VOLUMES, Json, error_line, join
+from .summary import MAX_VOLUMES, Json, _count, dumps, error_line, join
 
 PREFIX = "sparsecopy: "  # what log() starts every line with; the error line keeps it
 SAME_COUNT = (
@@ -42,6 +43,7 @@ class JobOptions(NamedTuple):
     verify: bool = True
     source_blocks_url: str = ""  # empty: copy without block lists
     scratch: str = "/var/tmp"
+    mode: str = "copy"
 
 
 class Volume(NamedTuple):
@@ -58,6 +60,7 @@ class Steps(NamedTuple):
     find: Callable[[str, Optional[str]], str] = find_device
     copy: Callable[[CopyOptions], Json] = copy_disk
     fetch: Callable[[str, str], None] = bundle.fetch
+    inspect: Callable[[str, Optional[str]], Json] = inspect_disk
 
 
 REAL_STEPS = Steps()
@@ -127,6 +130,8 @@ def copy_volume(
     log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {volume.target_id}")
     try:
         source = steps.find(volume.source_id, volume.source_device_name)
+        if options.mode == "inspect":
+            return steps.inspect(source, blocks)
         target = steps.find(volume.target_id, volume.target_device_name)
         log(f"copying {source} -> {target}")
         copy = CopyOptions(
@@ -156,7 +161,13 @@ def run(options: JobOptions, steps: Optional[Steps] = None) -> "tuple[int, str]"
     try:
         pairs = volumes(options)
         summaries = _copy_all(options, pairs, steps)
-        line, details = join([v.source_id for v in pairs], [v.target_id for v in pairs], summaries)
+        sources = [v.source_id for v in pairs]
+        if options.mode == "inspect":
+            keys = ("size", "live_bytes", "bytes_to_read", "predicted_blocks", "held_blocks")
+            found = [{k: _count(s.get(k)) for k in keys} for s in summaries]
+            entries = [dict(e, sourceVolumeId=i) for i, e in zip(sources, found)]
+            return 0, dumps({"mode": "inspect", "volumes": entries})
+        line, details = join(sources, [v.target_id for v in pairs], summaries)
     except JobFailed as failed:
         return 1, error_line(failed.error, failed.source_id)
     except (Exception, KeyboardInterrupt) as exc:
