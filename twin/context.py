@@ -56,7 +56,7 @@ def setup(emu: Emulator, opts: Options, fault: StateFault | FaultList | str | No
     emu.state.command_log_dir = logdir / "commands"
     d = deploy(emu, opts.cdk_out)
     machines = template_state_machines(d, opts.cdk_out)
-    main = main_machine(d, machines)
+    main = main_machine(d, machines, opts.cdk_out)
     if isinstance(fault, StateFault | FaultList):
         parse(str(fault), main.task_states())  # raises FaultError naming the Task states
     ctx = Context(emu, opts, d, machines, main, fault, work, logdir)

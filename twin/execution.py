@@ -44,6 +44,10 @@ class ExecutionResult:
     faults: list[dict[str, Any]] = field(default_factory=list)
     execution_arn: str = ""
     state_machine_arn: str = ""
+    # batches: each Distributed Map run of this execution (twin/runner/distributed_map.mjs) and
+    # each execution its StartExecution tasks started (start_execution.mjs)
+    map_runs: list[dict[str, Any]] = field(default_factory=list)
+    child_executions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -84,11 +88,34 @@ def state_machines(d: Deployment, cdk_out: Path) -> dict[str, Machine]:
     return out
 
 
-def main_machine(d: Deployment, machines: dict[str, Machine]) -> Machine:
-    """The main workflow: the state machine no EventBridge rule starts directly (the cleanup
-    workflow is a rule's target); with one state machine, that one."""
+# The stack output that names each role's state machine (lib/compactor-stack.ts).
+ROLE_OUTPUTS = {"main": "StateMachineArn", "batch": "BatchStateMachineArn"}
+
+
+def machine_of_role(cdk_out: Path, machines: dict[str, Machine], role: str) -> Machine | None:
+    """The state machine the stack's output for `role` (main, batch) refers to, by logical id;
+    None when the template has no such output."""
+    _, template = load_template(cdk_out)
+    value = template.get("Outputs", {}).get(ROLE_OUTPUTS[role], {}).get("Value")
+    logical = None
+    if isinstance(value, dict):
+        logical = value.get("Ref") or (value.get("Fn::GetAtt") or [None])[0]
+    found = [m for m in machines.values() if m.logical_id == logical]
+    return found[0] if found else None
+
+
+def main_machine(
+    d: Deployment, machines: dict[str, Machine], cdk_out: Path | None = None
+) -> Machine:
+    """The main workflow: the state machine the stack's StateMachineArn output names (given
+    `cdk_out`); else the state machine no EventBridge rule starts directly (the cleanup workflow
+    is a rule's target); with one state machine, that one."""
     if len(machines) == 1:
         return next(iter(machines.values()))
+    if cdk_out is not None:
+        by_output = machine_of_role(cdk_out, machines, "main")
+        if by_output is not None:
+            return by_output
     targeted = {t.get("Arn") for rule in d.rules for t in rule.targets}
     candidates = [m for arn, m in machines.items() if arn not in targeted]
     if len(candidates) == 1:
@@ -132,12 +159,15 @@ def execute(
     machine: Machine | None = None,
     faults: list[StateFault] | None = None,
     live_log: Path | None = None,
+    machines: dict[str, Machine] | None = None,
 ) -> ExecutionResult:
     """Run one execution to its end. `machine` defaults to the deployment's state machine.
     `faults` (each fires once, at the first call in its state) or `fault` (one of them).
     `live_log`: a JSON-lines file the runner appends each event to as it happens (the twin's
     GetExecutionHistory reads it while the run goes on: emulator/stepfunctions_twin.py); the run
-    aborts when the file beside it with suffix .stop appears (the twin's StopExecution)."""
+    aborts when the file beside it with suffix .stop appears (the twin's StopExecution).
+    `machines`: the state machines its StartExecution tasks may start (each child runs as its own
+    runner process, without faults)."""
     if machine is None:
         machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
                           deployment.definition)  # fmt: skip
@@ -161,6 +191,11 @@ def execute(
         "emulatorEndpoint": emu.endpoint,
         "liveEventLog": str(live_log) if live_log is not None else None,
         "stopFile": str(live_log.with_suffix(".stop")) if live_log is not None else None,
+        "stateMachines": {
+            arn: {"arn": arn, "name": m.name, "definition": m.definition}
+            for arn, m in (machines or {}).items()
+        },
+        "emulatorEnv": emu.client_env(),  # ResultWriter's PutObject (as the state machine's role)
     }
     raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
                       timeout_seconds)  # fmt: skip
@@ -188,6 +223,8 @@ def _result(
         faults=raw.get("faults") or [],
         execution_arn=execution_arn,
         state_machine_arn=machine.arn,
+        map_runs=raw.get("mapRuns") or [],
+        child_executions=raw.get("childExecutions") or [],
     )
 
 

@@ -170,7 +170,7 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
         Emulator(Path(work) / "emulator") as emu,
     ):
         d = deploy(emu, cdk_out)
-        main = main_machine(d, state_machines(d, cdk_out))
+        main = main_machine(d, state_machines(d, cdk_out), cdk_out)
         tasks = main.task_states()
         with_instance = set(instance_states(d, main))
         opener_of = openers(main)

@@ -6,11 +6,14 @@
 //       python, worker, logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
 //       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint,
 //       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
-//       stopFile (optional: the run aborts when this file appears: the twin's StopExecution)}
+//       stopFile (optional: the run aborts when this file appears: the twin's StopExecution),
+//       stateMachines (optional: {<arn>: {arn, name, definition}} that StartExecution tasks start),
+//       emulatorEnv (optional: boto3 environment for ResultWriter's PutObject) or resultWriterDir}
 //       (a single `fault: {kind, state}` is still read as a list of one)
 // RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
 //          workflowReport, faults: [{kind, state, applied: bool, detail}, ...],
-//          fault: the only one of faults, or null (callers of the single-fault shape)}
+//          fault: the only one of faults, or null (callers of the single-fault shape),
+//          mapRuns: [Distributed Map runs], childExecutions: [executions StartExecution started]}
 //
 // Faults (KIND@STATE): error = the task's Lambda raises TwinInjectedError on its first call in
 // STATE; throttle = every invocation tells its worker the state it runs for, the worker marks
@@ -50,6 +53,15 @@ import readline from 'node:readline';
 const { StateMachine, ExecutionError, ExecutionAbortedError, ExecutionTimeoutError } = await import(
   'aws-local-stepfunctions'
 );
+// Distributed Map and StartExecution (issue #10's batches): twin/runner/distributed_map.mjs,
+// start_execution.mjs, children.mjs; hooks below are marked "batches".
+const { distributedMapHandler, isDistributedMap, withDistributedMapsAsTasks } = await import(
+  './distributed_map.mjs'
+);
+const { allChildrenDone, isStartExecution, startExecutionHandler, startedExecutions } = await import(
+  './start_execution.mjs'
+);
+const { putObject, runIteration, runMachine } = await import('./children.mjs');
 
 const [jobPath, resultPath] = process.argv.slice(2);
 if (!jobPath || !resultPath) {
@@ -320,14 +332,34 @@ const settling = Object.fromEntries(allStates(job.definition));
 const taskResourceLocalHandlers = {};
 const waitTimeOverrides = {};
 const retryIntervalOverrides = {};
+// batches: what the Distributed Map and StartExecution handlers are given (see children.mjs)
+const mapRuns = [];
+const overrides = { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides };
+const childEnv = {
+  context: job.context,
+  machines: job.stateMachines ?? {},
+  runChild: (definition, input, ctx) =>
+    runIteration(StateMachine, definition, input, { ...ctx, State: context.State }, overrides),
+  putObject: (bucket, key, body) => putObject(job, bucket, key, body),
+  record: (run) => mapRuns.push(run),
+};
+const machineEnv = {
+  machines: job.stateMachines ?? {},
+  runChild: (machine, name, input, arn) => runMachine(job, machine, name, input, arn),
+};
 for (const [name, state] of allStates(job.definition)) {
+  if (isDistributedMap(state)) taskResourceLocalHandlers[name] = distributedMapHandler(name, state, childEnv);
   if (state.Type === 'Task') {
-    if (state.Resource in job.functions) {
+    if (isStartExecution(state.Resource)) {
+      taskResourceLocalHandlers[name] = startExecutionHandler(state.Resource, machineEnv);
+    } else if (state.Resource in job.functions) {
       taskResourceLocalHandlers[name] = taskHandler(name, state.Resource, false);
     } else if (/^arn:aws:states:::lambda:invoke/.test(state.Resource)) {
       taskResourceLocalHandlers[name] = taskHandler(name, null, true);
     } else {
-      throw new Error(`Task ${name} uses ${state.Resource}; the twin runs Lambda tasks only`);
+      throw new Error(
+        `Task ${name} uses ${state.Resource}; the twin runs Lambda and StartExecution tasks only`,
+      );
     }
   }
   if (state.Type === 'Wait') {
@@ -352,11 +384,10 @@ const context = {
   },
 };
 
-const machine = new StateMachine(job.definition, { validationOptions: { checkArn: false } });
-execution = machine.run(job.input, {
-  overrides: { taskResourceLocalHandlers, waitTimeOverrides, retryIntervalOverrides },
-  context,
+const machine = new StateMachine(withDistributedMapsAsTasks(job.definition), {
+  validationOptions: { checkArn: false },
 });
+execution = machine.run(job.input, { overrides, context });
 
 // StopExecution of the twin's Step Functions API (job.stopFile, optional): the file's appearance
 // aborts the run (the Lambda call in flight completes, as below).
@@ -425,6 +456,7 @@ try {
 }
 // An aborted execution's Lambda calls still run to their end, as in AWS: wait for them.
 await Promise.allSettled([...inflight]);
+await allChildrenDone(); // batches: a started child (request-response) runs to its end
 if (result.status === 'ABORTED') await new Promise((res) => setTimeout(res, 50));
 await collecting;
 for (const worker of workers.values()) worker.stop();
@@ -436,6 +468,8 @@ writeFileSync(
       events,
       invocations,
       workflowReport,
+      mapRuns, // batches: each Distributed Map run (items, times, maxRunning)
+      childExecutions: startedExecutions(), // batches: executions StartExecution started
       faults: faultReports,
       fault: faultReports.length === 1 ? faultReports[0] : null,
     },

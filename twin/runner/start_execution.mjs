@@ -1,0 +1,155 @@
+// Step Functions' StartExecution integration (arn:aws:states:::states:startExecution[.sync[:2]])
+// for the twin's runner: the child is a real twin execution of another state machine of the same
+// deployment (run.mjs gives `runChild`, which runs it as its own runner process against the same
+// emulator).
+//
+// - Parameters: StateMachineArn (one of the job's state machines, else
+//   StepFunctions.StateMachineDoesNotExistException), Name (default a UUID), Input (object or JSON
+//   string; what the Task's Parameters built, e.g. AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID).
+// - Names are idempotent as in StartExecution: the same name with the same input while that
+//   execution runs is the same execution (the Task waits for it too); a closed one with that name,
+//   or a running one with another input -> StepFunctions.ExecutionAlreadyExistsException.
+// - .sync:2 returns DescribeExecution's fields with Output parsed as JSON (.sync: Output as a JSON
+//   string); StartDate/StopDate are epoch milliseconds. A child that ends FAILED, TIMED_OUT or
+//   ABORTED fails the Task with States.TaskFailed and the DescribeExecution JSON (with the child's
+//   Error and Cause) as its Cause.
+// - The request-response form returns {ExecutionArn, StartDate} at once; the child runs on and
+//   run.mjs waits for it before it reports.
+import { randomUUID } from 'node:crypto';
+
+import { StatesError } from './payload.mjs';
+
+const RESOURCE = /^arn:aws:states:::states:startExecution(\.sync(:2)?)?$/;
+const NAME = /^[A-Za-z0-9_-]{1,80}$/;
+
+export function isStartExecution(resource) {
+  return typeof resource === 'string' && RESOURCE.test(resource);
+}
+
+/** Executions started in this runner process (and its Map children), by state machine and name. */
+const executions = new Map();
+export const started = [];
+
+function describe(record, pattern) {
+  const out = {
+    ExecutionArn: record.executionArn,
+    StateMachineArn: record.stateMachineArn,
+    Name: record.name,
+    Status: record.status,
+    StartDate: record.startedAt,
+    StopDate: record.stoppedAt,
+    Input: record.inputText,
+    InputDetails: { Included: true },
+  };
+  if (record.status === 'SUCCEEDED') {
+    out.Output = pattern === ':2' ? record.output : JSON.stringify(record.output);
+    out.OutputDetails = { Included: true };
+  } else {
+    out.Error = record.error;
+    out.Cause = record.cause;
+  }
+  return out;
+}
+
+function parseInput(input) {
+  if (input === undefined || input === null) return {};
+  if (typeof input !== 'string') return input;
+  try {
+    return JSON.parse(input);
+  } catch {
+    throw new StatesError(
+      'StepFunctions.InvalidExecutionInputException',
+      `Input is not JSON: ${input.slice(0, 200)}`,
+    );
+  }
+}
+
+function startChild(params, env) {
+  const machine = env.machines[params.StateMachineArn];
+  if (!machine) {
+    throw new StatesError(
+      'StepFunctions.StateMachineDoesNotExistException',
+      `State Machine Does Not Exist: '${params.StateMachineArn}'`,
+    );
+  }
+  const name = params.Name ?? randomUUID();
+  if (!NAME.test(name)) {
+    throw new StatesError('StepFunctions.InvalidNameException', `Invalid Name: '${name}'`);
+  }
+  const input = parseInput(params.Input);
+  const inputText = JSON.stringify(input);
+  const key = `${params.StateMachineArn}\n${name}`;
+  const existing = executions.get(key);
+  if (existing) {
+    if (existing.status === 'RUNNING' && existing.inputText === inputText) return existing;
+    throw new StatesError(
+      'StepFunctions.ExecutionAlreadyExistsException',
+      `Execution Already Exists: '${existing.executionArn}'`,
+    );
+  }
+  const executionArn = `${params.StateMachineArn.replace(':stateMachine:', ':execution:')}:${name}`;
+  const record = {
+    executionArn,
+    stateMachineArn: params.StateMachineArn,
+    name,
+    input,
+    inputText,
+    status: 'RUNNING',
+    startedAt: Date.now(),
+    stoppedAt: null,
+    output: null,
+    error: null,
+    cause: null,
+    parent: input.AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID ?? null,
+  };
+  executions.set(key, record);
+  started.push(record);
+  record.done = env
+    .runChild(machine, name, input, executionArn)
+    .then(
+      (result) =>
+        Object.assign(record, {
+          status: result.status,
+          output: result.output,
+          error: result.error,
+          cause: result.cause,
+        }),
+      (err) =>
+        Object.assign(record, {
+          status: 'FAILED',
+          error: 'States.Runtime',
+          cause: String(err?.message ?? err),
+        }),
+    )
+    .then(() => {
+      record.stoppedAt = Date.now();
+      return record;
+    });
+  return record;
+}
+
+/** The local handler of one startExecution Task. `env`: machines ({arn: {name, definition}}),
+ * runChild(machine, name, input, arn) -> Promise<{status, output, error, cause}>. */
+export function startExecutionHandler(resource, env) {
+  const pattern = RESOURCE.exec(resource);
+  const sync = Boolean(pattern[1]);
+  const version = pattern[2] ?? '';
+  return async (params) => {
+    const record = startChild(params ?? {}, env);
+    if (!sync) return { ExecutionArn: record.executionArn, StartDate: record.startedAt };
+    await record.done;
+    const description = describe(record, version);
+    if (record.status !== 'SUCCEEDED')
+      throw new StatesError('States.TaskFailed', JSON.stringify(description));
+    return description;
+  };
+}
+
+/** What run.mjs reports of the children (without their promises). */
+export function startedExecutions() {
+  return started.map(({ done: _done, ...rest }) => rest);
+}
+
+export async function allChildrenDone() {
+  await Promise.allSettled(started.map((r) => r.done));
+}
