@@ -1,8 +1,17 @@
-"""Progress lines on stderr: percent, bytes, rate and ETA, at most every few seconds."""
+"""Progress lines on stderr: percent, bytes, rate and ETA, at most every few seconds.
 
+A line reads ``sparsecopy: PHASE: PCT% DONE of TOTAL, RATE/s, ETA M:SS, bytes N/M``: the human
+figures for people, ``bytes N/M`` (exact, N never above M) for programs (check_compaction reads
+the last line from the command's log stream). The percent is rounded down, so 100.0% means every
+byte of the total is done, and the total is fixed before the first byte is counted."""
+
+import os
 import sys
 import threading
 import time
+from typing import Optional
+
+PROGRESS_MARK = ", bytes "  # what every progress line carries before its exact figures
 
 
 def human(n: float) -> str:
@@ -18,32 +27,59 @@ def log(message: str) -> None:
     print(f"sparsecopy: {message}", file=sys.stderr, flush=True)
 
 
-class Progress:
-    """Thread-safe byte counter that reports itself every ``interval`` seconds."""
+def default_interval() -> float:
+    """Seconds between lines: SPARSECOPY_PROGRESS_SECONDS (tests ask 0: every batch), else 2."""
+    try:
+        return max(float(os.environ.get("SPARSECOPY_PROGRESS_SECONDS", "2")), 0.0)
+    except ValueError:
+        return 2.0
 
-    def __init__(self, phase: str, total: int, interval: float = 2.0) -> None:
+
+def percent_of(done: int, total: int) -> float:
+    """``done`` of ``total`` in percent, rounded down to 0.1 (an empty total is done)."""
+    if total <= 0:
+        return 100.0
+    return min(1000 * done // total, 1000) / 10
+
+
+class Progress:
+    """Thread-safe byte counter that reports itself every ``interval`` seconds.
+
+    ``total`` is every byte the phase will ``add``; counting more is a bug in the caller's plan,
+    reported once (the line then says so) rather than printed as a percent above 100."""
+
+    def __init__(self, phase: str, total: int, interval: Optional[float] = None) -> None:
         self.phase = phase
         self.total = total
         self.done = 0
-        self.interval = interval
+        self.interval = default_interval() if interval is None else interval
         self.started = time.monotonic()
         self.last = self.started
         self.lock = threading.Lock()
+        self.overrun = False
 
     def add(self, n: int) -> None:
         with self.lock:
             self.done += n
+            if self.done > self.total and not self.overrun:
+                self.overrun = True
+                log(
+                    f"{self.phase}: internal error: {self.done} bytes counted of a planned "
+                    f"{self.total}: the progress below is capped at the total"
+                )
 
     def maybe_report(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self.last < self.interval:
             return
         self.last = now
+        with self.lock:
+            done = min(self.done, self.total)
         elapsed = max(now - self.started, 1e-6)
-        rate = self.done / elapsed
-        percent = 100.0 * self.done / self.total if self.total else 100.0
-        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        rate = done / elapsed
+        left = (self.total - done) / rate if rate > 0 else 0.0
         log(
-            f"{self.phase}: {percent:5.1f}% {human(self.done)} of {human(self.total)}, "
-            f"{human(rate)}/s, ETA {int(left) // 60}:{int(left) % 60:02d}"
+            f"{self.phase}: {percent_of(done, self.total):5.1f}% {human(done)} of "
+            f"{human(self.total)}, {human(rate)}/s, ETA {int(left) // 60}:{int(left) % 60:02d}"
+            f"{PROGRESS_MARK}{done}/{self.total}"
         )

@@ -1,0 +1,114 @@
+"""The copy's progress lines are true: on real disks (devkit layouts, the Debian disk of
+devkit.debian) every line's percent rises, never passes 100, and the last line is 100.0% of a
+total equal to the bytes the copy read for its plan: the allocated ranges, everything outside the
+partitions and, for the trim method, the partitions it staged (issue #10: the total once left
+bytes out and a real Debian disk printed `copy: 102.8% 478.0 MiB of 464.7 MiB`)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import attached, blank_like, sparsecopy, working_copy
+
+from devkit import disks
+
+pytestmark = pytest.mark.needs_root
+
+REPO = Path(__file__).resolve().parents[2]
+DEBIAN_CACHE = REPO / "out" / "cache" / "debian-bookworm"
+LINE = re.compile(
+    r"^sparsecopy: (?P<phase>[^:]+(?:: [a-z]+)?): +(?P<percent>[0-9.]+)% .* of .*, "
+    r".*/s, ETA \d+:\d\d, bytes (?P<done>\d+)/(?P<total>\d+)$"
+)
+
+
+def progress_lines(stderr: str, phase: str) -> list[tuple[float, int, int]]:
+    """(percent, done, total) of every line of ``phase``, in order."""
+    found = []
+    for line in stderr.splitlines():
+        match = LINE.match(line)
+        if match and match["phase"] == phase:
+            found.append((float(match["percent"]), int(match["done"]), int(match["total"])))
+    return found
+
+
+def planned_bytes(summary: dict) -> int:
+    """What the copy reads for its plan: allocated (or raw) ranges, the partition a trim method
+    staged, and the bytes outside every partition."""
+    planned = summary["outside_partitions_bytes"]
+    for part in summary["partitions"]:
+        planned += part["size"] if part["method"] == "trim" else part["allocated_bytes"]
+    return planned
+
+
+def copy_with_progress(source: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
+    target = blank_like(source, tmp_path / "target.img")
+    with attached(source) as src, attached(target) as dst:
+        run = sparsecopy(
+            "copy", src, dst, "--verify", "--scratch", str(tmp_path), *args,
+            env={"SPARSECOPY_PROGRESS_SECONDS": "0"},
+        )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return run.summary, run.stderr
+
+
+def assert_true_progress(summary: dict, stderr: str) -> list[tuple[float, int, int]]:
+    lines = progress_lines(stderr, "copy")
+    assert lines, stderr
+    assert "internal error" not in stderr, stderr
+    totals = {total for _, _, total in lines}
+    assert totals == {planned_bytes(summary)}, (totals, summary)
+    for (p1, d1, _), (p2, d2, _) in itertools.pairwise(lines):
+        assert p1 <= p2 and d1 <= d2, lines
+    assert all(0 <= percent <= 100 and done <= total for percent, done, total in lines), lines
+    percent, done, total = lines[-1]
+    assert (percent, done) == (100.0, total), lines[-1]
+    assert all(p < 100 for p, d, t in lines if d < t), lines  # never 100.0% before the end
+    return lines
+
+
+@pytest.mark.parametrize(
+    "builder, method",
+    [
+        (disks.build_gpt_efi_ext4, "allocated"),
+        (disks.build_ext4_swap_raw_unwritten, "allocated"),
+        (disks.build_btrfs, "allocated"),  # btrfs goes through the trim method's staging
+        (disks.build_gpt_xfs, "trim"),
+    ],
+    ids=["gpt-bios-efi-ext4", "ext4-swap-raw-unwritten", "btrfs", "gpt-xfs-trim"],
+)
+def test_progress_of_devkit_disks_is_true(builder, method: str, tmp_path: Path) -> None:
+    disk = builder(tmp_path / "disk.img")
+    source = working_copy(disk, tmp_path / "source.img")
+    summary, stderr = copy_with_progress(source.path, tmp_path, "--method", method)
+    assert_true_progress(summary, stderr)
+
+
+@pytest.mark.skipif(
+    not list(DEBIAN_CACHE.glob("bookworm-*.tar.zst"))
+    or any(shutil.which(t) is None for t in ("grub-install", "grub-mkstandalone", "mcopy", "zstd")),
+    reason="needs the cached Debian tree (python -m devkit.debian) and GRUB/mtools/zstd",
+)
+def test_progress_of_a_real_debian_disk_is_true(tmp_path: Path) -> None:
+    """The disk of the report: BIOS-boot + ESP + ext4 root, dirtied and copied while mounted."""
+    from devkit.debian.cache import churn_debs, rootfs_tarball
+    from devkit.debian.dirt import dirty_snapshot
+    from devkit.debian.disk import build_disk
+
+    disk = build_disk(tmp_path / "disk.img", rootfs_tarball(DEBIAN_CACHE))
+    snapshot = tmp_path / "snapshot.img"
+    dirty_snapshot(disk, churn_debs(DEBIAN_CACHE), snapshot)
+    (tmp_path / "disk.img").unlink()
+    for method in ("allocated", "trim"):
+        run_dir = tmp_path / method
+        run_dir.mkdir()
+        source = run_dir / "source.img"
+        disks.run("cp", "--sparse=always", str(snapshot), str(source))  # replayed by the copy
+        summary, stderr = copy_with_progress(source, run_dir, "--method", method)
+        lines = assert_true_progress(summary, stderr)
+        print(f"\n{method}: {len(lines)} lines, last {stderr.splitlines()[-3:]}")
+        source.unlink()
