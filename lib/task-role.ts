@@ -68,6 +68,7 @@ function describeStatements(): iam.PolicyStatement[] {
         'ec2:DescribeSnapshots',
         'ec2:DescribeImages',
         'ec2:DescribeImageAttribute',
+        'ec2:DescribeSnapshotAttribute',
         'ec2:DescribeInstances',
         'ec2:DescribeVolumes',
         'ec2:DescribeAvailabilityZones',
@@ -232,6 +233,29 @@ function changeStatements(c: StatementContext): iam.PolicyStatement[] {
   ];
 }
 
+/**
+ * copySharing (lambdas/compactor/sharing.py): launch permissions, create-volume permissions and the deprecation
+ * time of the stack's own new AMIs and snapshots only (all three actions take aws:ResourceTag on image/snapshot).
+ * Sharing a snapshot with everyone (group all) is denied outright: the code never asks, the policy makes sure.
+ */
+function sharingStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'ShareOnlyTheStacksImagesAndSnapshots',
+      actions: ['ec2:ModifyImageAttribute', 'ec2:ModifySnapshotAttribute', 'ec2:EnableImageDeprecation'],
+      resources: [c.ec2Arn('image', ''), c.ec2Arn('snapshot', '')],
+      conditions: c.resourceTagged,
+    }),
+    new iam.PolicyStatement({
+      sid: 'NeverMakeSnapshotsPublic',
+      effect: iam.Effect.DENY,
+      actions: ['ec2:ModifySnapshotAttribute'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: { 'ForAnyValue:StringEquals': { 'ec2:Add/group': 'all' } },
+    }),
+  ];
+}
+
 /** Pass the instance role to EC2; create the Spot service-linked role. */
 function iamStatements(c: StatementContext): iam.PolicyStatement[] {
   return [
@@ -347,6 +371,7 @@ const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
   tagStatements,
   snapshotAndImageStatements,
   changeStatements,
+  sharingStatements,
   iamStatements,
   commandStatements,
   keyStatements,

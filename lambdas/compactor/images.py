@@ -167,11 +167,12 @@ def owned_image_named(name: str) -> Mapping[str, Any] | None:
     return found[0] if found else None
 
 
-def warnings(spec: ImageSpec) -> list[str]:
-    """What RegisterImage cannot carry over from the source AMI."""
+def warnings(spec: ImageSpec, copy_sharing: bool = False) -> list[str]:
+    """What RegisterImage cannot carry over from the source AMI (with copySharing,
+    compactor/sharing.py sets the deprecation time)."""
     # paid, Windows and product-code AMIs are refused by prepare (check_billing)
     result: list[str] = []
-    if spec["deprecationTime"]:
+    if spec["deprecationTime"] and not copy_sharing:
         result.append(
             f"the source AMI is deprecated at {spec['deprecationTime']}; the new AMI is not "
             "(EnableImageDeprecation sets it)"
@@ -189,7 +190,10 @@ def register(plan: Plan, snapshots: Sequence[SnapshotItem], config: Config) -> I
         existing_tags = tags.from_aws(existing.get("Tags"))
         if tags.is_owned(existing_tags, config.stack_name, plan["executionName"]):
             # a retried call: the AMI was registered by this execution already
-            return {"imageId": existing["ImageId"], "warnings": warnings(spec)}
+            return {
+                "imageId": existing["ImageId"],
+                "warnings": warnings(spec, plan.get("copySharing", False)),
+            }
         raise ImageRegistrationFailed(
             f"an AMI named {name!r} already exists ({existing['ImageId']}): pass another imageName"
         )
@@ -201,7 +205,7 @@ def register(plan: Plan, snapshots: Sequence[SnapshotItem], config: Config) -> I
             f"RegisterImage failed for {name!r}: {aws.error_code(error)}: "
             f"{aws.error_message(error)}"
         ) from error
-    return {"imageId": image_id, "warnings": warnings(spec)}
+    return {"imageId": image_id, "warnings": warnings(spec, plan.get("copySharing", False))}
 
 
 def registration_request(

@@ -97,6 +97,7 @@ class Plan(TypedDict):
     compactionPoll: CompactionPoll
     bytesToCopy: int
     notes: list[str]
+    copySharing: NotRequired[bool]
 
 
 class FailedPool(TypedDict):
@@ -182,9 +183,31 @@ class SnapshotsResult(TypedDict):
     transientError: NotRequired[str]
 
 
+class LaunchPermission(TypedDict):
+    UserId: NotRequired[str]
+    OrganizationArn: NotRequired[str]
+    OrganizationalUnitArn: NotRequired[str]
+
+
+class SnapshotSharing(TypedDict):
+    snapshotId: str
+    sourceSnapshotId: str
+    userIds: list[str]
+
+
+class SharingResult(TypedDict):
+    launchPermissions: list[LaunchPermission]
+    createVolumePermissions: list[SnapshotSharing]
+    deprecationTime: str | None
+    sourcePublic: bool
+    notes: list[str]
+    warnings: list[str]
+
+
 class ImageResult(TypedDict):
     imageId: str | None
     warnings: list[str]
+    sharing: NotRequired[SharingResult | None]
 
 
 class FastSnapshotRestoreState(TypedDict):

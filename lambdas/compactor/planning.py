@@ -83,6 +83,7 @@ def plan(
         "compactionPoll": size.compaction_poll,
         "bytesToCopy": bytes_to_copy,
         "notes": notes,
+        "copySharing": request.copy_sharing,
     }
 
 

@@ -28,6 +28,7 @@ class ExecutionInput:
     kms_key_id: str | None
     image_name: str | None
     tags: dict[str, str] = field(default_factory=dict)
+    copy_sharing: bool = False
 
 
 def parse_execution_input(raw: Any, region: str, trigger_tag_key: str) -> ExecutionInput:
@@ -48,6 +49,7 @@ def parse_execution_input(raw: Any, region: str, trigger_tag_key: str) -> Execut
         kms_key_id=valid.get("kmsKeyId"),
         image_name=valid.get("imageName"),
         tags=user_tags,
+        copy_sharing=bool(valid.get("copySharing", False)),
     )
 
 
@@ -131,6 +133,13 @@ _WORDING: dict[tuple[str, str], _Wording] = {
     ("imageName", "*"): lambda value, schema, error: (
         f"imageName {value!r} is invalid: 3-128 characters of letters, digits, "
         "spaces and ( ) [ ] . / - ' @ _"
+    ),
+    ("copySharing", "const"): lambda value, schema, error: (
+        "copySharing applies to AMI input only (it copies an AMI's launch permissions, its "
+        "snapshots' create-volume permissions and its deprecation time): remove it or pass imageId"
+    ),
+    ("copySharing", "*"): lambda value, schema, error: (
+        f"copySharing {value!r} is invalid: use true or false"
     ),
     ("method", "*"): lambda value, schema, error: (
         f"method {value!r} is invalid: use one of {', '.join(schema['enum'])}"

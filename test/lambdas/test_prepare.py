@@ -77,6 +77,7 @@ def test_snapshot_plan(world: World) -> None:
         "compactionPoll": {"intervalSeconds": 120, "maxAttempts": 26},
         "bytesToCopy": 20 * 1024**3,
         "notes": [],
+        "copySharing": False,
     }
 
 

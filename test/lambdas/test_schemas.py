@@ -41,6 +41,9 @@ TYPED: dict[str, tuple[str, str]] = {
     "SnapshotItem": ("results/create_snapshots.schema.json", "/definitions/snapshot"),
     "SnapshotsResult": ("results/check_snapshots.schema.json", ""),
     "ImageResult": ("results/register_image.schema.json", ""),
+    "SharingResult": ("results/register_image.schema.json", "/definitions/sharing"),
+    "LaunchPermission": ("results/register_image.schema.json", "/definitions/launchPermission"),
+    "SnapshotSharing": ("results/register_image.schema.json", "/definitions/snapshotSharing"),
     "FastSnapshotRestoreResult": ("results/enable_fast_snapshot_restore.schema.json", ""),
     "FastSnapshotRestoreState": (
         "results/enable_fast_snapshot_restore.schema.json",

@@ -157,6 +157,7 @@ UNSCOPED = {
     "ec2:DescribeSnapshots",
     "ec2:DescribeImages",
     "ec2:DescribeImageAttribute",
+    "ec2:DescribeSnapshotAttribute",
     "ec2:DescribeInstances",
     "ec2:DescribeVolumes",
     "ec2:DescribeAvailabilityZones",
@@ -392,6 +393,40 @@ def _delete_snapshot(p: dict[str, Any], s: State) -> list[Context]:
 @resolver("ec2:DeregisterImage")
 def _deregister(p: dict[str, Any], s: State) -> list[Context]:
     return [_existing("ec2:DeregisterImage", p["ImageId"], s)]
+
+
+@resolver("ec2:ModifyImageAttribute")
+def _modify_image_attribute(p: dict[str, Any], s: State) -> list[Context]:
+    return [
+        _existing(
+            "ec2:ModifyImageAttribute", p["ImageId"], s, {"ec2:Attribute": p.get("Attribute", "")}
+        )
+    ]
+
+
+@resolver("ec2:EnableImageDeprecation")
+def _enable_image_deprecation(p: dict[str, Any], s: State) -> list[Context]:
+    return [_existing("ec2:EnableImageDeprecation", p["ImageId"], s)]
+
+
+@resolver("ec2:ModifySnapshotAttribute")
+def _modify_snapshot_attribute(p: dict[str, Any], s: State) -> list[Context]:
+    """ec2:Add/userId and ec2:Add/group: what the call adds (UserId.N / UserGroup.N, or
+    CreateVolumePermission.Add.N), so a policy can refuse making a snapshot public."""
+    added = _as_list(p.get("CreateVolumePermission", {}).get("Add"))
+    adding = p.get("OperationType", "add") == "add"
+    users = [a["UserId"] for a in added if "UserId" in a] + (
+        _as_list(p.get("UserId")) if adding else []
+    )
+    groups = [a["Group"] for a in added if "Group" in a] + (
+        _as_list(p.get("UserGroup")) if adding else []
+    )
+    context: dict[str, Any] = {"ec2:Attribute": p.get("Attribute", "")}
+    if users:
+        context["ec2:Add/userId"] = users
+    if groups:
+        context["ec2:Add/group"] = groups
+    return [_existing("ec2:ModifySnapshotAttribute", p["SnapshotId"], s, context)]
 
 
 def _fsr_for(action: str) -> Resolver:
