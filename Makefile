@@ -19,14 +19,15 @@ $(STAMPS)/npm: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/venv: requirements-dev.txt constraints.txt
+$(STAMPS)/venv: requirements-dev.txt constraints.txt client/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt -c constraints.txt
+	$(VENV)/bin/pip install --disable-pip-version-check -q -c constraints.txt -e client
 	@mkdir -p $(STAMPS) && touch $@
 
-include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk mk/boot.mk
+include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk mk/boot.mk mk/client.mk
 
-lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench lint-boot
+lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench lint-boot lint-client
 
 # Generated Markdown blocks match contract/ and the code (devkit/docs.py), every relative link
 # resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
@@ -45,7 +46,7 @@ docs: setup
 # Every test; each area's target runs even when an earlier one failed, and the run fails if any did.
 test: setup
 	@failed=""; \
-	for t in lint test-lambdas test-cdk test-dataplane test-bench test-boot test-twin; do \
+	for t in lint test-lambdas test-cdk test-dataplane test-bench test-client test-boot test-twin; do \
 	  echo "==> make $$t"; \
 	  $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; \
 	done; \
