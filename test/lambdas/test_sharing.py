@@ -216,7 +216,7 @@ def test_still_pending_is_retried_and_the_retry_shares(
     amend(aws.ec2(), "DescribeImages", still_pending)
     monkeypatch.setattr(sharing, "_sleep", lambda _: None)
     monkeypatch.setattr(register_image, "DEFAULT_SECONDS_LEFT", 0.0)
-    with pytest.raises(errors.TransientAwsError, match="still pending.*retries this step"):
+    with pytest.raises(errors.TransientAwsError, match=r"still pending.*retries this step"):
         register(world, plan, snapshots)
     (image,) = [
         i
