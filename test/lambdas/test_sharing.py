@@ -263,3 +263,22 @@ def test_copy_sharing_is_for_ami_input_only() -> None:
         {"snapshotId": "snap-0123456789abcdef0", "copySharing": False}, "us-east-1", "compact"
     )
     assert parsed.copy_sharing is False
+
+
+def test_the_report_notes_what_copy_sharing_noted_and_could_not_copy() -> None:
+    from compactor.report import build
+
+    state = {
+        "plan": {"notes": ["re-encrypted"]},
+        "image": {
+            "imageId": "ami-0123456789abcdef0",
+            "warnings": [],
+            "sharing": {"notes": ["the source AMI ... was NOT made public"], "warnings": ["w"]},
+        },
+    }
+    assert build._notes(state["plan"], state) == [
+        "re-encrypted",
+        "the source AMI ... was NOT made public",
+        "w",
+    ]
+    assert build._notes({}, {"image": {"imageId": None, "warnings": []}}) == []

@@ -58,8 +58,19 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         "warnings": [w for w in (_error(state.get(key)) for key in WARNING_KEYS) if w],
         "delivered": _delivered(state, new_ids, new_snapshot_ids, existing),
         "newSnapshotIds": new_snapshot_ids,
-        "notes": [str(n) for n in plan.get("notes") or [] if isinstance(n, str)],
+        "notes": _notes(plan, state),
     }
+
+
+def _notes(plan: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+    """The plan's notes, then what copySharing noted or could not copy ($.image.sharing)."""
+    sharing = _mapping(_mapping(state.get("image")).get("sharing"))
+    found = [
+        *(plan.get("notes") or []),
+        *(sharing.get("notes") or []),
+        *(sharing.get("warnings") or []),
+    ]
+    return [str(n) for n in found if isinstance(n, str)]
 
 
 def _volume(
