@@ -1,0 +1,177 @@
+"""The client (`ebs-compactor`, client/) against the twin's Step Functions API
+(twin/emulator/stepfunctions_twin.py): StartExecution runs the execution with the ASL runner in the
+background, GetExecutionHistory answers from the runner's live event log.
+
+The first tests use a small hand-written definition (Pass, Wait and Fail states; no disks, a few
+seconds each); the last one compacts a real snapshot with the deployed stack and follows it with
+`--wait`, then reads it back with `status` and `report`, and starts a bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twin.cfn import Deployment
+from twin.context import setup
+from twin.emulator.faults import Faults
+from twin.emulator.server import Emulator
+from twin.emulator.stepfunctions_twin import publish_stack_parameters, serve
+from twin.execution import Machine
+from twin.options import Options
+
+CLIENT = Path(sys.executable).parent / "ebs-compactor"
+PROGRESS = {"phase": "copy", "percent": 37.5, "bytesDone": 3 * 2**20, "bytesTotal": 8 * 2**20,
+            "etaSeconds": 12, "at": "2026-11-23T01:00:00Z"}  # fmt: skip
+REPORT = {"outcome": "success", "newSnapshotIds": ["snap-0123456789abcdef0"]}
+BAD = "snap-000000000000bad00"
+DEFINITION = {
+    "StartAt": "Bad input?",
+    "States": {
+        "Bad input?": {"Type": "Choice", "Default": "Prepare phase", "Choices": [
+            {"Variable": "$.snapshotId", "StringEquals": BAD, "Next": "Refuse"}]},
+        "Refuse": {"Type": "Fail", "Error": "InvalidInput", "Cause": "snapshotId: not a snapshot"},
+        "Prepare phase": {"Type": "Pass", "Next": "Long wait?"},
+        "Long wait?": {"Type": "Choice", "Default": "Compaction phase", "Choices": [
+            {"Variable": "$.wait", "IsPresent": True, "Next": "Wait long"}]},
+        "Wait long": {"Type": "Wait", "Seconds": 3000, "Next": "Compaction phase"},
+        "Compaction phase": {"Type": "Pass", "Next": "Check compaction"},
+        "Check compaction": {"Type": "Pass", "Result": {"done": True, "progress": PROGRESS},
+                             "ResultPath": "$.compaction", "Next": "Report phase"},
+        "Report phase": {"Type": "Pass", "Result": REPORT, "ResultPath": "$.report",
+                         "Next": "Done"},
+        "Done": {"Type": "Succeed", "OutputPath": "$.report"},
+    },
+}  # fmt: skip
+
+
+@pytest.fixture
+def small_machine(emulator: Emulator, tmp_path: Path) -> Iterator[tuple[Emulator, str]]:
+    """The hand-written definition in moto's Step Functions, its executions run by the twin."""
+    d = Deployment(stack_name="ClientTwin", region=emulator.region, account=emulator.account)
+    arn = emulator.boto3_client("stepfunctions").create_state_machine(
+        name="small", definition=json.dumps(DEFINITION),
+        roleArn=f"arn:aws:iam::{d.account}:role/twin-state-machine",
+    )["stateMachineArn"]  # fmt: skip
+    with serve(emulator, d, {arn: Machine("", arn, "small", DEFINITION)}, tmp_path / "logs"):
+        yield emulator, arn
+
+
+def client(emu: Emulator, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **emu.client_env()}
+    return subprocess.run([str(CLIENT), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_wait_shows_phases_and_percent_and_exits_0(small_machine: tuple[Emulator, str]) -> None:
+    emu, arn = small_machine
+    proc = client(emu, "start", "--state-machine-arn", arn, "--snapshot", "snap-0123456789abcdef0",
+                  "--wait", "--poll-seconds", "0.2", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "phase: Prepare" in lines and "phase: Report" in lines, lines
+    assert "copy: 37.5% 3.0 MiB of 8.0 MiB, about 12s left" in lines
+    assert json.loads(proc.stdout) == REPORT
+    assert lines[-1].startswith("SUCCEEDED outcome=success")
+
+
+def _start(emu: Emulator, arn: str, document: dict[str, Any]) -> str:
+    sfn = emu.boto3_client("stepfunctions")
+    return str(sfn.start_execution(stateMachineArn=arn, input=json.dumps(document))["executionArn"])
+
+
+def _wait_for(emu: Emulator, execution: str, status: str, seconds: float = 60) -> dict[str, Any]:
+    sfn, deadline = emu.boto3_client("stepfunctions"), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
+        if described["status"] == status:
+            return described
+        time.sleep(0.1)
+    raise AssertionError(f"{execution} did not become {status}: {described}")
+
+
+def test_a_failed_run_exits_1_with_the_error_name(small_machine: tuple[Emulator, str]) -> None:
+    emu, arn = small_machine
+    proc = client(emu, "start", "--state-machine-arn", arn, "--snapshot", BAD, "--wait",
+                  "--poll-seconds", "0.2")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    # without --json the start and the end go to stdout, progress lines to stderr
+    last = proc.stdout.splitlines()[-1]
+    assert last == "FAILED error=InvalidInput cause=snapshotId: not a snapshot"
+    execution = proc.stdout.splitlines()[0].removeprefix("started: ")
+    status = client(emu, "status", execution)
+    assert status.returncode == 1 and status.stdout.splitlines()[-1] == last
+    assert client(emu, "report", execution).returncode == 5  # no report state ran
+
+
+def test_history_pages_like_aws_and_stop_aborts(small_machine: tuple[Emulator, str]) -> None:
+    emu, arn = small_machine
+    sfn = emu.boto3_client("stepfunctions")
+    execution = _start(emu, arn, {"snapshotId": "snap-1", "wait": True})  # 30 s in the twin
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+        if any(e["type"] == "WaitStateEntered" for e in events):
+            break
+        time.sleep(0.1)
+    assert [e["type"] for e in events][:3] == [
+        "ExecutionStarted", "ChoiceStateEntered", "ChoiceStateExited"]  # fmt: skip
+    assert [e["id"] for e in events] == list(range(1, len(events) + 1))
+    assert events[1]["stateEnteredEventDetails"]["name"] == "Bad input?"
+    assert json.loads(events[0]["executionStartedEventDetails"]["input"])["wait"] is True
+    # newest first, two a page, nextToken to the end
+    seen, kwargs = [], {"executionArn": execution, "reverseOrder": True, "maxResults": 2}
+    while True:
+        page = sfn.get_execution_history(**kwargs)
+        assert len(page["events"]) <= 2
+        seen += [e["id"] for e in page["events"]]
+        if "nextToken" not in page:
+            break
+        kwargs["nextToken"] = page["nextToken"]
+    assert seen == sorted(seen, reverse=True) and seen[-1] == 1
+    assert sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
+    sfn.stop_execution(executionArn=execution)
+    described = _wait_for(emu, execution, "ABORTED", 30)
+    assert "stopDate" in described
+    proc = client(emu, "status", execution)
+    assert proc.returncode == 4, proc.stdout
+    types = [e["type"] for e in sfn.get_execution_history(executionArn=execution)["events"]]
+    assert types[-1] == "ExecutionAborted"
+
+
+def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None:
+    """The deployed stack: the client finds the state machine through the stack's SSM parameter,
+    starts a compaction, shows its phases and the copy's percent, exits 0 and --json prints the
+    report; status and report read it back; a snapshot that does not exist fails with its error
+    name and a non-zero exit."""
+    opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out")
+    with Emulator(tmp_path / "emu", Faults()) as emu:
+        ctx = setup(emu, opts, None, tmp_path / "work", tmp_path / "logs")
+        assert any(n.endswith("/state-machine-arn") for n in publish_stack_parameters(
+            emu, ctx.d, cdk_out))  # fmt: skip
+        with serve(emu, ctx.d, ctx.machines, ctx.logdir, wait_ms=opts.wait_ms):
+            stack = ["--stack", ctx.d.stack_name]
+            proc = client(emu, *stack, "start", "--snapshot", ctx.registered.snapshot_ids[0],
+                          "--wait", "--poll-seconds", "0.5", "--json")  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            lines = proc.stderr.splitlines()
+            assert any(line.startswith("phase: ") for line in lines), lines
+            assert any(line.startswith("copy: ") and "%" in line for line in lines), lines
+            report = json.loads(proc.stdout)
+            assert report["outcome"] == "success"
+            execution = lines[0].removeprefix("started: ")
+            status = client(emu, *stack, "status", execution)
+            assert status.returncode == 0 and "SUCCEEDED outcome=success" in status.stdout
+            again = client(emu, *stack, "report", execution)
+            assert again.returncode == 0 and json.loads(again.stdout) == report
+            bad = client(emu, *stack, "start", "--snapshot", "snap-0000000000000dead", "--wait",
+                         "--poll-seconds", "0.5")  # fmt: skip
+            assert bad.returncode == 1, bad.stderr[-3000:]
+            assert bad.stdout.splitlines()[-1].startswith("FAILED error=SnapshotNotFound"), bad
