@@ -273,3 +273,18 @@ class StartFromTagResult(TypedDict):
     executionName: str
     snapshotId: str
     reason: NotRequired[str]
+
+
+class ImageBuilderStart(TypedDict):
+    imageId: str
+    executionName: str
+    executionArn: str
+    started: bool
+    reason: NotRequired[str]
+
+
+class StartFromImageBuilderResult(TypedDict):
+    imageBuildVersionArn: str
+    pipelineArn: str | None
+    executions: list[ImageBuilderStart]
+    ignored: str | None

@@ -54,6 +54,8 @@ TYPED: dict[str, tuple[str, str]] = {
     "VolumeReport": (schemas.REPORT, "/definitions/volume"),
     "ErrorInfo": (schemas.REPORT, "/definitions/error"),
     "StartFromTagResult": ("results/start_from_tag.schema.json", ""),
+    "StartFromImageBuilderResult": ("results/start_from_image_builder.schema.json", ""),
+    "ImageBuilderStart": ("results/start_from_image_builder.schema.json", "/definitions/start"),
 }
 # keys a TypedDict leaves optional although its schema requires them: SnapshotsResult types both
 # create_snapshots' result (no `completed` yet) and check_snapshots'
