@@ -21,7 +21,14 @@ import click
 
 from . import inputs
 from .api import Api, ClientFailure, Waiter, output_of
-from .progress import BATCH_SUCCESS_OUTCOMES, SUCCESS_OUTCOMES, outcome_of, summary_line
+from .progress import (
+    BATCH_SUCCESS_OUTCOMES,
+    SUCCESS_OUTCOMES,
+    Progress,
+    format_copy,
+    outcome_of,
+    summary_line,
+)
 
 EXIT_CODES = {
     "SUCCEEDED": 0,
@@ -235,13 +242,13 @@ def status(obj: Ctx, execution_arn: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(described, default=str, indent=1))
     else:
-        from .progress import Progress
-
         progress = Progress()
-        lines = progress.apply(_aws(lambda: obj.api.all_events(execution_arn)))
+        progress.apply(_aws(lambda: obj.api.all_events(execution_arn)))
         click.echo(f"execution: {execution_arn}")
-        for line in lines[-2:] if described["status"] == "RUNNING" else []:
-            click.echo(line)
+        if described["status"] == "RUNNING" and progress.phase:
+            click.echo(f"phase: {progress.phase}")
+        if described["status"] == "RUNNING" and progress.copy:
+            click.echo(format_copy(progress.copy))
         click.echo(_summary(described))
     if described["status"] != "RUNNING":
         sys.exit(_exit_code(described, SUCCESS_OUTCOMES + BATCH_SUCCESS_OUTCOMES))

@@ -263,3 +263,15 @@ def test_aws_errors_exit_5(sfn: FakeSfn, monkeypatch: pytest.MonkeyPatch) -> Non
     result = run("start", "--snapshot", SNAP)
     assert result.exit_code == 5
     assert "states:StartExecution" in result.output and "AccessDeniedException" in result.output
+
+
+def test_status_of_a_running_execution_shows_its_phase_and_copy(sfn: FakeSfn) -> None:
+    events = [entered("Compaction phase"), check_compaction(copy_progress(12.0, 12, 100, 30))]
+    sfn.steps = [("RUNNING", events, {})]
+    result = run("status", EXECUTION)
+    assert result.exit_code == 0
+    assert result.output.splitlines()[1:] == [
+        "phase: Compaction",
+        "copy: 12.0% 12 B of 100 B, about 30s left",
+        "RUNNING",
+    ]
