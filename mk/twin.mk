@@ -10,6 +10,8 @@ FAULT ?= none
 # OS=debian (INPUT=ami): a real Debian root, booted in QEMU after the run; BOOT_MODE=uefi for UEFI
 OS ?= none
 BOOT_MODE ?=
+# BATCH=N: a batch of N items (N-1 snapshots + one missing) through the batch workflow (twin/batch.py)
+BATCH ?= 0
 # make sweep STATES="Launch transfer instance,Report" KINDS=error,abort WORKERS=2
 STATES ?=
 KINDS ?=
@@ -33,7 +35,7 @@ test-twin: twin-synth
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
 	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)" \
-	  --os "$(OS)" --boot-mode "$(BOOT_MODE)"
+	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH)
 
 # Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
 sweep: twin-synth

@@ -226,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                         + ", ".join(FAULTS))  # fmt: skip
     parser.add_argument("--os", default=os.environ.get("OS") or "none")
     parser.add_argument("--boot-mode", default=os.environ.get("BOOT_MODE") or None)
+    parser.add_argument("--batch", type=int, default=int(os.environ.get("BATCH") or 0),
+                        help="N: a batch of N items (twin/batch.py)")  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
@@ -235,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
         cdk_out=args.cdk_out, out_dir=args.out,
-        os=args.os or "none", boot_mode=args.boot_mode or None,
+        os=args.os or "none", boot_mode=args.boot_mode or None, batch=args.batch,
     )  # fmt: skip
     try:
         opts.validate()
@@ -244,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # A stopped demo still unmounts and detaches what it set up (the emulator's finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if opts.batch:
+        from . import batch, batch_report
+
+        print(batch_report.summary_lines(batch.run(opts)))
+        return 0
     try:
         report = run(opts)
     except FaultError as error:  # e.g. a state that is not a Task state of the definition

@@ -29,6 +29,10 @@ class Options:
     # OS=debian: the source AMI's root is a real Debian disk, and both AMIs are booted in QEMU.
     os: str = "none"
     boot_mode: str | None = None  # OS=debian: legacy-bios (the default) or uefi
+    # BATCH=N: a batch of N items (N-1 source snapshots and one missing snapshot) through the batch
+    # workflow (twin/batch.py), at most batch_concurrency children at once
+    batch: int = 0
+    batch_concurrency: int = 2
 
     @property
     def ami_boot_mode(self) -> str | None:
@@ -45,7 +49,18 @@ class Options:
         if self.trigger == "tag" and self.input != "snapshot":
             raise ValueError("TRIGGER=tag starts compactions of snapshots: use INPUT=snapshot")
         self._validate_os()
+        self._validate_batch()
         parse(self.fault)  # the state is checked against the definition once deployed
+
+    def _validate_batch(self) -> None:
+        if not self.batch:
+            return
+        if self.batch < 1 or self.batch > 20:
+            raise ValueError(f"BATCH={self.batch}: choose 1..20 items (each is a real copy)")
+        defaults = self.input == "snapshot" and self.trigger == "api" and self.os == "none"
+        if not defaults or parse(self.fault):
+            raise ValueError("BATCH=N runs snapshot items started through the API: leave INPUT, "
+                             "TRIGGER, FAULT and OS at their defaults")  # fmt: skip
 
     def _validate_os(self) -> None:
         if self.os not in OSES:

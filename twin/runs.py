@@ -31,6 +31,7 @@ def run_execution(
         ctx.emu, ctx.d, execution_input, name or execution_name(), ctx.logdir,
         env_overrides=ctx.env_overrides, throttled_calls_per_function=ctx.throttled,
         wait_ms=ctx.opts.wait_ms, faults=ctx.state_faults if fault else None, machine=machine,
+        machines=ctx.machines,
     )  # fmt: skip
     _record_in_moto(ctx, result)
     return result

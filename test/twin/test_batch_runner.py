@@ -287,3 +287,23 @@ def test_map_of_children_each_its_own_execution(tmp_path: Path) -> None:
     assert len(parents) == 4 and all(":execution:parent/Each:" in p for p in parents)
     assert max_overlap([{"startedAt": c["startedAt"], "stoppedAt": c["stoppedAt"]}
                         for c in children]) == 2  # fmt: skip
+
+
+def test_map_and_start_execution_tasks_wait_as_long_as_in_aws() -> None:
+    # The library fails a Task after 60 s by default (the ASL spec); AWS's Map state has no
+    # timeout and a StartExecution Task without TimeoutSeconds waits on: a copy takes minutes.
+    script = (
+        "import('./twin/runner/distributed_map.mjs').then((m) => console.log(JSON.stringify("
+        "m.withDistributedMapsAsTasks(JSON.parse(process.argv[1])))))"
+    )
+    state = map_state(ItemProcessor={**PROCESSOR, "States": {"Compact": {
+        **start_task(), "End": True}}, "StartAt": "Compact"})  # fmt: skip
+    given = {"StartAt": "Each", "States": {"Each": state, "Own": start_task(TimeoutSeconds=5)}}
+    proc = subprocess.run(["node", "-e", script, json.dumps(given)], capture_output=True,
+                          text=True, cwd=REPO, check=True)  # fmt: skip
+    prepared = json.loads(proc.stdout)
+    placeholder = prepared["States"]["Each"]
+    assert placeholder["Type"] == "Task" and placeholder["TimeoutSeconds"] > 24 * 3600
+    assert placeholder["Catch"] == state["Catch"] and placeholder["ResultPath"] == "$.map"
+    assert "ItemProcessor" not in placeholder and "ItemsPath" not in placeholder
+    assert prepared["States"]["Own"]["TimeoutSeconds"] == 5

@@ -26,6 +26,12 @@ import { randomUUID } from 'node:crypto';
 import { StatesError, atPath, payload } from './payload.mjs';
 
 export const DISTRIBUTED_MAP_RESOURCE = 'arn:aws:states:::twin:distributedMap';
+// aws-local-stepfunctions fails a Task after 60 s unless it says otherwise (the ASL spec's
+// default); in AWS a Map state has no timeout and a Task without TimeoutSeconds waits on (the
+// docs' "stuck execution" warning). The placeholder and StartExecution tasks without a timeout of
+// their own get the longest a Node timer allows (~24.8 days) instead.
+export const NO_TIMEOUT_SECONDS = 2147483;
+const START_EXECUTION = /^arn:aws:states:::states:startExecution/;
 const KEPT = [
   'Comment',
   'InputPath',
@@ -43,12 +49,13 @@ export function isDistributedMap(state) {
   return state?.Type === 'Map' && state.ItemProcessor?.ProcessorConfig?.Mode === 'DISTRIBUTED';
 }
 
-/** A copy of a definition in which every DISTRIBUTED Map (at any depth) is a Task placeholder. */
+/** A copy of a definition in which every DISTRIBUTED Map (at any depth) is a Task placeholder
+ * and every StartExecution Task without a timeout has AWS's (none). */
 export function withDistributedMapsAsTasks(definition) {
   const states = {};
   for (const [name, state] of Object.entries(definition.States ?? {})) {
     if (isDistributedMap(state)) {
-      const task = { Type: 'Task', Resource: DISTRIBUTED_MAP_RESOURCE };
+      const task = { Type: 'Task', Resource: DISTRIBUTED_MAP_RESOURCE, TimeoutSeconds: NO_TIMEOUT_SECONDS };
       for (const key of KEPT) if (key in state) task[key] = state[key];
       states[name] = task;
     } else if (state.Type === 'Parallel') {
@@ -57,11 +64,17 @@ export function withDistributedMapsAsTasks(definition) {
       const inner = state.ItemProcessor ?? state.Iterator;
       const key = state.ItemProcessor ? 'ItemProcessor' : 'Iterator';
       states[name] = { ...state, [key]: withDistributedMapsAsTasks(inner) };
+    } else if (state.Type === 'Task' && START_EXECUTION.test(state.Resource) && !hasTimeout(state)) {
+      states[name] = { ...state, TimeoutSeconds: NO_TIMEOUT_SECONDS };
     } else {
       states[name] = state;
     }
   }
   return { ...definition, States: states };
+}
+
+function hasTimeout(state) {
+  return state.TimeoutSeconds !== undefined || state.TimeoutSecondsPath !== undefined;
 }
 
 /** The ItemProcessor of a DISTRIBUTED Map as a definition its children run (placeholders too). */
@@ -241,6 +254,10 @@ function resultEntry(run, record, childMachineArn) {
     Name: record.name,
     RedriveCount: 0,
     RedriveStatus: record.status === 'SUCCEEDED' ? 'NOT_REDRIVABLE' : 'REDRIVABLE',
+    RedriveStatusReason:
+      record.status === 'SUCCEEDED'
+        ? 'Execution is SUCCEEDED and cannot be redriven'
+        : 'Execution can be redriven',
     StartDate: new Date(record.startedAt).toISOString(),
     StateMachineArn: childMachineArn,
     Status: record.status,
