@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError
 
 from . import inputs
 from .api import Api, ClientFailure, Waiter, output_of
@@ -299,9 +300,11 @@ def _checked(build: Callable[[], Any]) -> Any:
 
 
 def _aws(call: Callable[[], Any]) -> Any:
+    """The call's answer; an AWS failure (an API error, no Region, no credentials, no
+    connection) exits 5 with the SDK's message."""
     try:
         return call()
-    except ClientFailure as error:
+    except (ClientFailure, BotoCoreError) as error:
         _fail(str(error), "AWS")
 
 

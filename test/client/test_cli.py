@@ -275,3 +275,14 @@ def test_status_of_a_running_execution_shows_its_phase_and_copy(sfn: FakeSfn) ->
         "copy: 12.0% 12 B of 100 B, about 30s left",
         "RUNNING",
     ]
+
+
+def test_no_region_exits_5_with_the_sdks_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    result = CliRunner().invoke(
+        cli.cli, ["start", "--state-machine-arn", "arn:x", "--snapshot", SNAP]
+    )
+    assert result.exit_code == 5, result.output
+    assert "You must specify a region" in result.output
