@@ -6,12 +6,15 @@ not exist (their children fail in the first task, so they cost no copy)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devkit.loop import LoopDevices
 from twin.batch import MISSING_SNAPSHOT, play, sources
 from twin.batch_report import build
 from twin.context import Context, setup
@@ -40,6 +43,18 @@ def batch(ctx: Context, items: list[str], concurrency: int, tolerated: int = 100
 def s3_json(ctx: Context, bucket: str, key: str) -> Any:
     body = ctx.emu.boto3_client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     return json.loads(body)
+
+
+def test_a_batch_succeeds(twin: tuple[Context, list[str]]) -> None:
+    ctx, good = twin
+    report = batch(ctx, good[:1], concurrency=1)
+    assert report["execution_status"] == "SUCCEEDED", report
+    assert report["outcome"] == "succeeded"
+    (row,) = report["items"]
+    assert row["outcome"] == "succeeded" and row["child_status"] == "SUCCEEDED"
+    assert 0 < row["stored_bytes_after"] < row["stored_bytes_before"], row
+    assert report["totals"]["succeeded"] == 1 and report["totals"]["failed"] == 0
+    assert report["leaked_resources"] == 0, report["leaks"]
 
 
 def test_one_failed_item_while_the_others_succeed(twin: tuple[Context, list[str]]) -> None:
@@ -91,3 +106,25 @@ def test_the_concurrency_limit_is_honoured(twin: tuple[Context, list[str]]) -> N
     assert report["max_running_children"] == 1
     assert report["outcome"] == "failed"
     assert report["leaked_resources"] == 0, report["leaks"]
+
+
+def test_concurrent_loop_attaches_do_not_collide(tmp_path: Path, root_only: None) -> None:
+    # Children copy at the same time: each instance's volumes become loop devices attached from
+    # several threads of the emulator at once (losetup --find --show): every attach must get its
+    # own device over its own file.
+    files = []
+    for k in range(12):
+        path = tmp_path / f"volume-{k}.img"
+        path.write_bytes(b"")
+        os.truncate(path, 1 << 20)
+        files.append(path)
+    loops = LoopDevices("test_batch", wait_until_free=True)
+    try:
+        with ThreadPoolExecutor(len(files)) as pool:
+            attached = list(pool.map(lambda f: (f, loops.attach(f)), files))
+        assert len({device for _, device in attached}) == len(files)
+        for path, device in attached:
+            backing = Path(f"/sys/block/{Path(device).name}/loop/backing_file").read_text().strip()
+            assert backing == str(path)
+    finally:
+        assert loops.detach_all() == []
