@@ -21,7 +21,7 @@ lint-twin: setup
 	$(VENV)/bin/ruff check $(TWIN_PATHS)
 	$(VENV)/bin/ruff format --check $(TWIN_PATHS)
 	$(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports --check-untyped-defs twin
-	node --check twin/runner/run.mjs
+	for f in twin/runner/*.mjs; do node --check $$f || exit 1; done
 
 twin-synth: setup
 	@mkdir -p $(dir $(TWIN_CDK_OUT))
