@@ -36,7 +36,7 @@ const blockListMinutes = (bound: PollLoopSettings) =>
  * The compaction workflow of docs/contract.md: prepare (until the sources are completed) → list the source
  * snapshots' blocks → launch → wait
  * until ready → attach volumes → compact → snapshot → Delivered → [register image] → [fast snapshot restore]
- * → teardown → report. Lost instances take the relaunch path. Before `Delivered` every task catches into the
+ * → teardown → report; a dry run goes from compact to its own teardown and report (outcome `estimated`). Lost instances take the relaunch path. Before `Delivered` every task catches into the
  * failure chain (teardown → report → Fail); from `Delivered` on, into the warnings chain, which keeps the
  * new snapshots and AMI and ends in success with outcome `succeeded-with-warnings`.
  */
@@ -338,12 +338,42 @@ export class CompactionWorkflow extends Construct {
       .next(b.markPhase('Compaction phase', 'compaction'))
       .next(b.task('Start compaction', onError))
       .next(this.compactionLoop(onError, catchInstanceLost))
-      .next(b.markPhase('Snapshot phase', 'snapshot'))
-      .next(b.task('Create snapshots', onError))
-      .next(this.snapshotLoop(onError))
-      .next(delivered);
+      .next(this.dryRunChoice(onError, delivered));
     delivered.next(this.afterDelivery(onWarning));
     return beforeDelivery;
+  }
+
+  /**
+   * After the compaction loop: a dry run (`$.plan.dryRun`) has only inspected the sources, so it goes to
+   * its own teardown (nothing kept: it made no target, snapshot or AMI) and a report of outcome
+   * `estimated`; a compaction goes on to the snapshots and `Delivered`.
+   */
+  private dryRunChoice(onError: ErrorRoute, delivered: sfn.Pass): sfn.Choice {
+    const b = this.b;
+    const snapshots = b.markPhase('Snapshot phase', 'snapshot');
+    snapshots.next(b.task('Create snapshots', onError)).next(this.snapshotLoop(onError)).next(delivered);
+    const estimated = new sfn.Pass(this, 'Estimated', {
+      comment: 'A dry run: the sources were only inspected; no target volume, snapshot or AMI exists',
+      result: sfn.Result.fromString('estimated'),
+      resultPath: '$.outcome',
+    });
+    const teardown = b.teardownLoop(
+      'Dry run teardown',
+      this.settings.teardownPoll,
+      onError,
+      'The transfer instance or the source volumes of the dry run were not deleted in time.',
+    );
+    estimated
+      .next(b.markPhase('Dry run: teardown phase', 'teardown'))
+      .next(teardown)
+      .next(b.markPhase('Dry run: report phase', 'report'))
+      .next(b.task('Dry run report', onError))
+      .next(new sfn.Succeed(this, 'Done estimating', { outputPath: '$.report' }));
+    const dryRun = sfn.Condition.and(
+      sfn.Condition.isPresent('$.plan.dryRun'),
+      sfn.Condition.booleanEquals('$.plan.dryRun', true),
+    );
+    return new sfn.Choice(this, 'Dry run?').when(dryRun, estimated).otherwise(snapshots);
   }
 
   /** Register image, FSR, teardown(`success`), report: each error here goes to the warnings chain. */

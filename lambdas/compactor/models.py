@@ -12,7 +12,7 @@ Market = Literal["spot", "on-demand"]
 # teardown's outcome: what to delete (cleanup = failure, run by the cleanup state machine)
 Outcome = Literal["success", "failure", "retry", "cleanup"]
 # the report's outcome
-ReportOutcome = Literal["success", "succeeded-with-warnings", "failure"]
+ReportOutcome = Literal["success", "succeeded-with-warnings", "failure", "estimated"]
 
 
 class SourceRef(TypedDict):
@@ -96,6 +96,7 @@ class Plan(TypedDict):
     instanceTypes: list[str]
     compactionPoll: CompactionPoll
     bytesToCopy: int
+    dryRun: NotRequired[bool]
     notes: list[str]
     copySharing: NotRequired[bool]
 
@@ -138,9 +139,9 @@ class SourceBlocksResult(TypedDict):
 class AttachedVolume(TypedDict):
     index: int
     sourceVolumeId: str
-    targetVolumeId: str
+    targetVolumeId: str | None  # None in a dry run: no target volume
     sourceDeviceName: str
-    targetDeviceName: str
+    targetDeviceName: str | None
 
 
 class ReadyResult(TypedDict):
@@ -232,6 +233,27 @@ class TeardownResult(TypedDict):
     transientErrors: list[str]
 
 
+class VolumeEstimate(TypedDict):
+    sourceStoredBytes: int
+    liveBytes: int | None
+    predictedStoredBytes: int
+    predictedSavingsBytes: int
+    predictedSavingsPercent: float
+    bytesToRead: int
+    copySeconds: int | None
+
+
+class Estimate(TypedDict):
+    volumes: int
+    sourceStoredBytes: int
+    liveBytes: int | None
+    predictedStoredBytes: int
+    predictedSavingsBytes: int
+    savingsPercent: float
+    bytesToRead: int
+    copySeconds: int | None
+
+
 class VolumeReport(TypedDict):
     index: int
     sourceSnapshotId: str
@@ -244,6 +266,7 @@ class VolumeReport(TypedDict):
     heldBlocks: int | None
     heldBlocksRead: int | None
     blockListError: str | None
+    estimate: NotRequired[VolumeEstimate | None]
 
 
 class ErrorInfo(TypedDict):
@@ -265,6 +288,8 @@ class Report(TypedDict):
     delivered: bool
     newSnapshotIds: list[str]
     notes: list[str]
+    dryRun: NotRequired[bool]
+    estimate: NotRequired[Estimate | None]
 
 
 class StartFromTagResult(TypedDict):

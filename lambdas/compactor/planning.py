@@ -61,8 +61,8 @@ def plan(
         fast_snapshot_restore.check_sizes({v["sourceSnapshotId"]: v["sizeGiB"] for v in volumes})
         fast_snapshot_restore.check_limit(len(volumes))
     # while a source is pending its whole volume counts, an upper bound: the size refusals wait
-    # for the plan of completed sources, which counts what they hold
-    size = sizing.plan(bytes_to_copy, request.verify, config, refuse=not pending)
+    # for the plan of completed sources, which counts what they hold; a dry run is never refused
+    size = sizing.plan(bytes_to_copy, request.verify, config, not (pending or request.dry_run))
     if not pending:
         _check_restore_expiry(sources, size.budget_seconds)
     return {
@@ -82,6 +82,7 @@ def plan(
         "instanceTypes": size.instance_types,
         "compactionPoll": size.compaction_poll,
         "bytesToCopy": bytes_to_copy,
+        "dryRun": request.dry_run,
         "notes": notes,
         "copySharing": request.copy_sharing,
     }

@@ -104,6 +104,13 @@ def copy_rate(baseline_mbps: int, config: Config) -> float:
     return min(link, volumes)
 
 
+def copy_seconds(bytes_to_read: int, types: Sequence[str], verify: bool, config: Config) -> int:
+    """A dry run's estimate of the copy's duration: the bytes to read at the copy rate of the
+    slowest of the planned types (twice with verify), without FIXED_OVERHEAD or SAFETY_FACTOR."""
+    baseline = min(BASELINE_EBS_MBPS.get(t, min(BASELINE_EBS_MBPS.values())) for t in types)
+    return math.ceil(bytes_to_read * (2 if verify else 1) / copy_rate(baseline, config))
+
+
 def budget_seconds(bytes_to_copy: int, rate: float, verify: bool) -> int:
     passes = 2 if verify else 1  # verify reads source and target again
     return math.ceil(FIXED_OVERHEAD_SECONDS + bytes_to_copy / rate * passes * SAFETY_FACTOR)

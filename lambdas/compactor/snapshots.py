@@ -87,6 +87,11 @@ def create_from_targets(
     items: list[SnapshotItem] = []
     for volume in plan["volumes"]:
         target_volume_id = by_index[volume["index"]]["targetVolumeId"]
+        if target_volume_id is None:
+            raise InvalidInput(
+                f"volume {volume['index']} has no target volume (a dry run makes none): this is "
+                "a workflow bug, no snapshot is created in a dry run"
+            )
         source = sources[volume["sourceSnapshotId"]]
         snapshot_id = existing.get(target_volume_id)
         if snapshot_id is None:

@@ -28,6 +28,7 @@ class ExecutionInput:
     kms_key_id: str | None
     image_name: str | None
     tags: dict[str, str] = field(default_factory=dict)
+    dry_run: bool = False
     copy_sharing: bool = False
 
 
@@ -49,6 +50,7 @@ def parse_execution_input(raw: Any, region: str, trigger_tag_key: str) -> Execut
         kms_key_id=valid.get("kmsKeyId"),
         image_name=valid.get("imageName"),
         tags=user_tags,
+        dry_run=bool(valid.get("dryRun", False)),
         copy_sharing=bool(valid.get("copySharing", False)),
     )
 
@@ -141,6 +143,7 @@ _WORDING: dict[tuple[str, str], _Wording] = {
     ("copySharing", "*"): lambda value, schema, error: (
         f"copySharing {value!r} is invalid: use true or false"
     ),
+    ("dryRun", "*"): lambda value, schema, error: f"dryRun {value!r} is invalid: use true or false",
     ("method", "*"): lambda value, schema, error: (
         f"method {value!r} is invalid: use one of {', '.join(schema['enum'])}"
     ),

@@ -68,6 +68,7 @@ def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
         "Method": ["trim"],
         "Jobs": ["32"],
         "Verify": ["false"],
+        "Mode": ["copy"],
     }
     assert request["CloudWatchOutputConfig"] == {
         "CloudWatchOutputEnabled": True,

@@ -76,6 +76,7 @@ def test_snapshot_plan(world: World) -> None:
         # 15 min + 20 GiB / (650 Mbps / 2) x 2 (verify) x 2 (safety) = 3,015 s
         "compactionPoll": {"intervalSeconds": 120, "maxAttempts": 26},
         "bytesToCopy": 20 * 1024**3,
+        "dryRun": False,
         "notes": [],
         "copySharing": False,
     }

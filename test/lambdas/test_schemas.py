@@ -53,6 +53,8 @@ TYPED: dict[str, tuple[str, str]] = {
     "Report": (schemas.REPORT, ""),
     "VolumeReport": (schemas.REPORT, "/definitions/volume"),
     "ErrorInfo": (schemas.REPORT, "/definitions/error"),
+    "VolumeEstimate": (schemas.REPORT, "/definitions/volumeEstimate"),
+    "Estimate": (schemas.REPORT, "/definitions/estimate"),
     "StartFromTagResult": ("results/start_from_tag.schema.json", ""),
     "StartFromImageBuilderResult": ("results/start_from_image_builder.schema.json", ""),
     "ImageBuilderStart": ("results/start_from_image_builder.schema.json", "/definitions/start"),

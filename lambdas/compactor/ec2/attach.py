@@ -84,7 +84,9 @@ def _attach(plan: Plan, launched: InstanceResult, config: Config) -> AttachResul
         source_id = source["VolumeId"]
         waiting.extend(_advance(source, index, instance_id))
         target_id = targets.get(target_device(index))
-        if target_id is None:
+        if plan.get("dryRun"):  # launched without targets: the sources are only inspected
+            target_id = None
+        elif target_id is None:
             waiting.append(f"target volume {index} at {target_device(index)}")
             continue
         volumes.append(
@@ -93,7 +95,7 @@ def _attach(plan: Plan, launched: InstanceResult, config: Config) -> AttachResul
                 "sourceVolumeId": source_id,
                 "targetVolumeId": target_id,
                 "sourceDeviceName": source_device(index),
-                "targetDeviceName": target_device(index),
+                "targetDeviceName": target_device(index) if target_id else None,
             }
         )
     done = not waiting and len(volumes) == len(plan["volumes"])

@@ -189,9 +189,10 @@ def run_instances_request(
 
 
 def block_device_mappings(plan: Plan, config: Config) -> list[BlockDeviceMappingTypeDef]:
-    """The root and one blank target volume per source volume; no source volume (see above)."""
+    """The root and one blank target volume per source volume; no source volume (see above).
+    A dry run (plan dryRun) writes nothing, so it gets the root alone."""
     mappings: list[BlockDeviceMappingTypeDef] = []
-    for volume in plan["volumes"]:
+    for volume in [] if plan.get("dryRun") else plan["volumes"]:
         iops, throughput = gp3_performance(volume["sizeGiB"], config)
         # the target is written as fast as the source is read, so it gets the same performance
         target: EbsBlockDeviceTypeDef = {
@@ -220,7 +221,7 @@ def root_volume(plan: Plan, config: Config) -> EbsBlockDeviceTypeDef:
     partition; volumes are copied one after the other, so the largest source volume bounds it.
     AL2023's cloud-init grows the root filesystem to the volume at boot."""
     size = config.root_volume_gib
-    if plan["method"] == "trim":
+    if plan["method"] == "trim" and not plan.get("dryRun"):  # a dry run stages nothing
         largest = max((volume["sizeGiB"] for volume in plan["volumes"]), default=0)
         size = min(size + largest, GP3_MAX_SIZE_GIB)
     # no SnapshotId: the AMI's root snapshot; gp3's baseline IOPS and throughput

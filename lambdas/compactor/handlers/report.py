@@ -21,7 +21,7 @@ METRIC_BY_OUTCOME = {
 @task_handler
 def handler(event: Event, context: LambdaContext) -> Report:
     config = Config.from_env()
-    report = build.build(event, datetime.now(UTC))
+    report = build.build(event, datetime.now(UTC), config)
     events.publish(report, config.event_bus_name)
     metrics.add_metric(name=METRIC_BY_OUTCOME[report["outcome"]], unit="Count", value=1)
     return report

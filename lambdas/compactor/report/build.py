@@ -11,13 +11,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from compactor import contract, snapshots
+from compactor import contract, sizing, snapshots
+from compactor.config import Config
 from compactor.models import (
     ErrorInfo,
+    Estimate,
     FastSnapshotRestoreState,
     Report,
     ReportOutcome,
     SourceRef,
+    VolumeEstimate,
     VolumeReport,
 )
 
@@ -32,7 +35,8 @@ OUTCOMES: tuple[ReportOutcome, ...] = get_args(ReportOutcome)
 WARNING_KEYS = ("warning", "teardownError")
 
 
-def build(state: Mapping[str, Any], now: datetime) -> Report:
+def build(state: Mapping[str, Any], now: datetime, config: Config | None = None) -> Report:
+    """config: for a dry run's copySeconds (the gp3 throughput of the volumes)."""
     plan = _mapping(state.get("plan"))
     new_ids = _new_snapshot_ids(state)
     existing = snapshots.describe_new(sorted(set(new_ids.values())))
@@ -45,6 +49,10 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
     new_snapshot_ids = [new_ids[index] for index in sorted(new_ids) if new_ids[index] in existing]
     timings = _timings(state.get("timings"))
     start = timings.get("start")
+    dry_run = plan.get("dryRun") is True
+    if dry_run:
+        for volume in volumes:
+            volume["estimate"] = _volume_estimate(volume, copied, plan, config)
     return {
         "outcome": _outcome(state),
         "executionName": state.get("executionName") or plan.get("executionName"),
@@ -59,6 +67,71 @@ def build(state: Mapping[str, Any], now: datetime) -> Report:
         "delivered": _delivered(state, new_ids, new_snapshot_ids, existing),
         "newSnapshotIds": new_snapshot_ids,
         "notes": _notes(plan, state),
+        "dryRun": dry_run,
+        "estimate": _estimate([v.get("estimate") for v in volumes]) if dry_run else None,
+    }
+
+
+def _volume_estimate(
+    volume: VolumeReport,
+    copied: Mapping[int, Mapping[str, Any]],
+    plan: Mapping[str, Any],
+    config: Config | None,
+) -> VolumeEstimate | None:
+    """A dry run's estimate of one volume from its inspect entry (docs/workflow.md, "Dry run");
+    None when the inspection did not finish."""
+    entry = copied.get(volume["index"], {})
+    predicted = _int_or_none(entry.get("predicted_blocks"))
+    to_read = _int_or_none(entry.get("bytes_to_read"))
+    held = volume["heldBlocks"]
+    stored = held * EBS_SNAPSHOT_BLOCK_BYTES if held is not None else volume["sourceFullSizeBytes"]
+    # only an inspect line's entries have predicted_blocks
+    if predicted is None or to_read is None or stored is None:
+        return None
+    predicted_bytes = predicted * EBS_SNAPSHOT_BLOCK_BYTES
+    saved = max(stored - predicted_bytes, 0)
+    return {
+        "sourceStoredBytes": stored,
+        "liveBytes": _int_or_none(entry.get("live_bytes")),
+        "predictedStoredBytes": predicted_bytes,
+        "predictedSavingsBytes": saved,
+        "predictedSavingsPercent": _percent(saved, stored),
+        "bytesToRead": to_read,
+        "copySeconds": _copy_seconds(to_read, plan, config),
+    }
+
+
+def _copy_seconds(to_read: int, plan: Mapping[str, Any], config: Config | None) -> int | None:
+    types = [t for t in plan.get("instanceTypes") or [] if isinstance(t, str)]
+    if config is None or not types:
+        return None
+    return sizing.copy_seconds(to_read, types, plan.get("verify") is not False, config)
+
+
+def _percent(part: int, whole: int) -> float:
+    return round(100 * part / whole, 1) if whole > 0 else 0.0
+
+
+def _estimate(estimates: list[VolumeEstimate | None]) -> Estimate | None:
+    """The dry run's totals (the batch compares `estimate.savingsPercent`); None unless every
+    volume has its estimate."""
+    known = [e for e in estimates if e is not None]
+    if not known or len(known) != len(estimates):
+        return None
+    stored = sum(e["sourceStoredBytes"] for e in known)
+    saved = sum(e["predictedSavingsBytes"] for e in known)
+    seconds = [e["copySeconds"] for e in known]
+    live = [e["liveBytes"] for e in known]
+    return {
+        "volumes": len(known),
+        "sourceStoredBytes": stored,
+        "liveBytes": sum(v for v in live if v is not None) if None not in live else None,
+        "predictedStoredBytes": sum(e["predictedStoredBytes"] for e in known),
+        "predictedSavingsBytes": saved,
+        "savingsPercent": _percent(saved, stored),
+        "bytesToRead": sum(e["bytesToRead"] for e in known),
+        # one volume after the other
+        "copySeconds": sum(s for s in seconds if s is not None) if None not in seconds else None,
     }
 
 

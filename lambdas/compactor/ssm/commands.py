@@ -15,6 +15,7 @@ from compactor.config import Config
 from compactor.ec2.instances import describe, raise_if_lost
 from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput
 from compactor.models import (
+    AttachedVolume,
     AttachResult,
     CommandResult,
     CompactionResult,
@@ -36,16 +37,31 @@ def document_parameters(
     plan: Plan, attached: AttachResult, source_blocks_url: str
 ) -> dict[str, list[str]]:
     volumes = sorted(attached["volumes"], key=lambda v: v["index"])
+    sources = ",".join(v["sourceVolumeId"] for v in volumes)
+    source_names = ",".join(v["sourceDeviceName"] for v in volumes)
+    # a dry run has no targets: inspect mode never looks at them, the sources fill the lists
+    # (and a document without the Mode parameter would refuse to copy a device onto itself)
+    dry_run = bool(plan.get("dryRun"))
     return {
         "SourceBlocksUrl": [source_blocks_url],
-        "SourceVolumeIds": [",".join(v["sourceVolumeId"] for v in volumes)],
-        "TargetVolumeIds": [",".join(v["targetVolumeId"] for v in volumes)],
-        "SourceDeviceNames": [",".join(v["sourceDeviceName"] for v in volumes)],
-        "TargetDeviceNames": [",".join(v["targetDeviceName"] for v in volumes)],
+        "SourceVolumeIds": [sources],
+        "TargetVolumeIds": [sources if dry_run else ",".join(_targets(volumes, "targetVolumeId"))],
+        "SourceDeviceNames": [source_names],
+        "TargetDeviceNames": [
+            source_names if dry_run else ",".join(_targets(volumes, "targetDeviceName"))
+        ],
         "Method": [plan["method"]],
         "Jobs": [str(plan["jobs"])],
         "Verify": ["true" if plan["verify"] else "false"],
+        "Mode": ["inspect" if dry_run else "copy"],
     }
+
+
+def _targets(volumes: list[AttachedVolume], key: str) -> list[str]:
+    values = [v.get(key) for v in volumes]
+    if not all(isinstance(value, str) for value in values):
+        raise InvalidInput(f"a volume has no {key}: a workflow bug (only a dry run has none)")
+    return [str(value) for value in values]
 
 
 def start(

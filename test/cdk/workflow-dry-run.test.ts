@@ -1,0 +1,119 @@
+import { Template } from 'aws-cdk-lib/assertions';
+import { AslDefinition, AslState, FUNCTION_ARN_PREFIX, synthTemplate, taskModule } from './support';
+
+/** The compaction workflow's definition (support.ts's stateMachineDefinition, whatever other machines exist). */
+function workflowDefinition(template: Template): AslDefinition {
+  const machines = Object.entries(template.findResources('AWS::StepFunctions::StateMachine'))
+    .filter(([id]) => id.startsWith('WorkflowStateMachine'))
+    .map(([, machine]) => machine);
+  expect(machines).toHaveLength(1);
+  const definition = machines[0].Properties.DefinitionString;
+  const parts: unknown[] = definition['Fn::Join'] ? definition['Fn::Join'][1] : [definition];
+  const text = parts
+    .map((part) => {
+      if (typeof part === 'string') return part;
+      const getAtt = (part as { 'Fn::GetAtt'?: [string, string] })['Fn::GetAtt'];
+      if (getAtt && getAtt[1] === 'Arn') return `${FUNCTION_ARN_PREFIX}${getAtt[0]}`;
+      throw new Error(`unexpected token in the definition: ${JSON.stringify(part)}`);
+    })
+    .join('');
+  return JSON.parse(text) as AslDefinition;
+}
+
+/** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
+function successors(state: AslState): string[] {
+  return [
+    ...(state.Next ? [state.Next] : []),
+    ...(state.Choices ?? []).map((choice) => choice.Next),
+    ...(state.Default ? [state.Default] : []),
+    ...(state.Catch ?? []).map((c) => c.Next),
+  ];
+}
+
+/** Every state reachable from `from` (itself included). */
+function reachable(definition: AslDefinition, from: string): Set<string> {
+  const seen = new Set<string>();
+  const todo = [from];
+  while (todo.length > 0) {
+    const name = todo.pop()!;
+    if (seen.has(name)) continue;
+    seen.add(name);
+    todo.push(...successors(definition.States[name]));
+  }
+  return seen;
+}
+
+/** What makes or keeps outputs: none of it may run in a dry run, whatever fails. */
+const OUTPUT_STATES = [
+  'Snapshot phase',
+  'Create snapshots',
+  'Check snapshots',
+  'Delivered',
+  'Register image',
+  'Enable fast snapshot restore',
+  'Teardown',
+  'Teardown with warnings',
+];
+
+describe('dry run path of the state machine', () => {
+  const template = synthTemplate();
+  const definition = workflowDefinition(template);
+  const dryRun = reachable(definition, 'Estimated');
+
+  test('the compaction loop ends in the Dry run? Choice: $.plan.dryRun true → Estimated, else the snapshots', () => {
+    expect(definition.States['Compaction: done'].Next).toBe('Dry run?');
+    const choice = definition.States['Dry run?'];
+    expect(choice.Type).toBe('Choice');
+    expect(choice.Choices).toEqual([
+      {
+        And: [
+          { Variable: '$.plan.dryRun', IsPresent: true },
+          { Variable: '$.plan.dryRun', BooleanEquals: true },
+        ],
+        Next: 'Estimated',
+      },
+    ]);
+    expect(choice.Default).toBe('Snapshot phase');
+    expect(definition.States['Estimated']).toMatchObject({
+      Type: 'Pass',
+      Result: 'estimated',
+      ResultPath: '$.outcome',
+    });
+  });
+
+  test('no state that makes a snapshot, an AMI or FSR is reachable from the dry run path, not even on errors', () => {
+    for (const name of OUTPUT_STATES) {
+      expect({ name, reachable: dryRun.has(name) }).toEqual({ name, reachable: false });
+    }
+    const tasks = [...dryRun].filter((name) => definition.States[name].Type === 'Task').sort();
+    expect(tasks).toEqual(['Dry run report', 'Dry run teardown', 'Report failure', 'Teardown after failure']);
+    // ... while the compaction path does reach them
+    expect(reachable(definition, 'Snapshot phase').has('Create snapshots')).toBe(true);
+  });
+
+  test('teardown keeps nothing, then the report is the output', () => {
+    const teardown = definition.States['Dry run teardown'];
+    expect(taskModule(template, teardown)).toBe('teardown');
+    expect(teardown.Parameters).toMatchObject({
+      'executionName.$': '$$.Execution.Name',
+      outcome: 'failure',
+      keep: { snapshotIds: [], 'imageId.$': "States.StringToJson('null')" },
+    });
+    expect(definition.States['Dry run teardown: done'].Next).toBe('Dry run: report phase');
+    const report = definition.States['Dry run report'];
+    expect(taskModule(template, report)).toBe('report');
+    expect(report.ResultPath).toBe('$.report');
+    expect(definition.States[report.Next!]).toEqual({ Type: 'Succeed', OutputPath: '$.report' });
+    expect(definition.States['Dry run: teardown phase'].Parameters).toMatchObject({
+      'teardown.$': '$$.State.EnteredTime',
+    });
+  });
+
+  test('every task of the dry run path catches into the failure chain', () => {
+    for (const name of ['Dry run teardown', 'Dry run report']) {
+      const catches = definition.States[name].Catch ?? [];
+      expect(catches.at(-1)).toEqual({ ErrorEquals: ['States.ALL'], Next: 'Failure', ResultPath: '$.error' });
+    }
+    expect(definition.States['Dry run teardown: gave up'].Next).toBe('Failure');
+  });
+});
