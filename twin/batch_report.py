@@ -175,6 +175,7 @@ def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
     )
     return {
         "batch_execution_name": ran.name,
+        "batch_execution_arn": result.execution_arn,
         "state_machine": ran.machine.name,
         "workflow": "template"
         if ran.machine.logical_id != "TwinHandwrittenBatch"

@@ -96,6 +96,17 @@ def test_tolerance_zero_fails_the_batch_and_runs_no_more_items(
     assert [row["outcome"] for row in report["items"]] == ["failed", "not-run"]
     assert report["child_executions"] == 1, "the good item never started"
     assert report["leaked_resources"] == 0, report["leaks"]
+    # ListMapRuns / DescribeMapRun answer from the runner's Map Run (summarize_batch reads them)
+    sfn = ctx.emu.boto3_client("stepfunctions")
+    (listed,) = sfn.list_map_runs(executionArn=report["batch_execution_arn"])["mapRuns"]
+    assert listed["mapRunArn"] == report["map_run_arn"]
+    described = sfn.describe_map_run(mapRunArn=listed["mapRunArn"])
+    assert described["status"] == "FAILED"
+    counts = described["itemCounts"]
+    assert (counts["total"], counts["failed"], counts["pending"]) == (2, 1, 1)
+    s3_report = report["s3"]["batch_report"]
+    if s3_report is not None:  # the template's summarize_batch found the Map Run (ListMapRuns)
+        assert s3_report["totals"]["failed"] == 1, s3_report
 
 
 def test_the_concurrency_limit_is_honoured(twin: tuple[Context, list[str]]) -> None:

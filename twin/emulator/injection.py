@@ -12,6 +12,8 @@
 - S3 requests and presigned URLs signed with Signature Version 2 are refused (s3_twin.py).
 - `/_twin/settle`: the runner POSTs it after a Wait that lasts 30 s or more in AWS: the
   eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
+- `/_twin/map-run`: the runner POSTs each Distributed Map run as it starts and ends (map_runs.py
+  answers ListMapRuns and DescribeMapRun from them).
 - `lost@STATE`: the runner POSTs `/_twin/lost` {"execution": name} when it enters the state; every
   instance tagged with that execution that is not terminated is terminated as by a Spot
   interruption (ec2_twin.interrupt_spot_instance).
@@ -29,7 +31,7 @@ from urllib.parse import unquote
 from moto.ebs.models import ebs_backends
 from moto.ec2.models import ec2_backends
 
-from . import ebs_direct, s3_twin
+from . import ebs_direct, map_runs, s3_twin
 from . import state as st
 from .ec2_twin import interrupt_spot_instance
 
@@ -173,6 +175,9 @@ class Middleware:
             status = "200 OK"
         elif environ["PATH_INFO"] == "/_twin/settle" and emu is not None:
             answer, status = {"settled": settle(emu)}, "200 OK"
+        elif environ["PATH_INFO"] == "/_twin/map-run" and emu is not None:
+            map_runs.record(emu, request)
+            answer, status = {"recorded": request.get("mapRunArn")}, "200 OK"
         else:
             answer, status = {"error": f"no twin control {environ['PATH_INFO']}"}, "404 Not Found"
         body = json.dumps(answer).encode()

@@ -19,7 +19,7 @@ from moto.ec2.models import ec2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from ..iam import recorder as iam_recorder
-from . import amis_twin, boot, consistency, ec2_twin, ssm_twin
+from . import amis_twin, boot, consistency, ec2_twin, map_runs, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
 from .faults import Faults
@@ -63,7 +63,7 @@ class Emulator:
         if st.ACTIVE is not None:
             raise RuntimeError("another twin emulator is active in this process; stop it first")
         # consistency wraps what the others patched in: install it last
-        for module in (ec2_twin, ssm_twin, amis_twin, consistency):
+        for module in (ec2_twin, ssm_twin, amis_twin, map_runs, consistency):
             module.install()
         reset_moto()
         # Build moto's region backend (with its stock AMIs) before the patches take effect,

@@ -37,6 +37,8 @@ class EmulatorState:
     snapshot_polls: dict[str, int] = field(default_factory=dict)
     fsr: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     instance_info_polls: dict[str, int] = field(default_factory=dict)
+    # the runner's Distributed Map runs by map run ARN (map_runs.py: ListMapRuns, DescribeMapRun)
+    map_runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     instances_launched: list[str] = field(default_factory=list)
     spot_failures_served: int = 0
     runs: dict[tuple[str, str], CommandRun] = field(default_factory=dict)

@@ -91,6 +91,23 @@ req = json.load(sys.stdin)
 boto3.client("s3").put_object(Bucket=req["bucket"], Key=req["key"], Body=req["body"].encode(), ContentType="application/json")
 `;
 
+/** Tell the emulator about a Map Run (ListMapRuns, DescribeMapRun: twin/emulator/map_runs.py);
+ * no emulator (unit tests): nothing to tell. */
+export async function announceMapRun(job, run) {
+  if (!job.emulatorEndpoint) return;
+  const items = run.items.map(({ index, status, startedAt, stoppedAt }) => ({
+    index,
+    status,
+    startedAt,
+    stoppedAt,
+  }));
+  await fetch(`${job.emulatorEndpoint}/_twin/map-run`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...run, items }),
+  });
+}
+
 /** ResultWriter's PutObject. */
 export async function putObject(job, bucket, key, body) {
   if (!bucket) throw new StatesError('States.ResultWriterFailed', 'ResultWriter has no Bucket');

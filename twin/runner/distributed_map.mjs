@@ -133,7 +133,8 @@ function label(name, state) {
  *   context: the parent execution's context object ({Execution: {Id, Name}, StateMachine: {Id, Name}}),
  *   runChild(definition, input, childContext) -> Promise<{status, output, error, cause, events}>,
  *   putObject(bucket, key, body) -> Promise<void> (ResultWriter),
- *   record(mapRun): called once the Map Run ends, with its record (items, times, concurrency).
+ *   record(mapRun): called once the Map Run ends, with its record (items, times, concurrency),
+ *   announce(mapRun) -> Promise: tells the emulator (ListMapRuns/DescribeMapRun) as it starts and ends.
  */
 export function distributedMapHandler(name, state, env) {
   const definition = processorDefinition(state);
@@ -146,6 +147,8 @@ export function distributedMapHandler(name, state, env) {
     const run = {
       state: name,
       mapRunArn,
+      executionArn: env.context.Execution.Id,
+      stateMachineArn: machine.Id,
       maxConcurrency: s.maxConcurrency,
       toleratedFailurePercentage: s.percentage,
       toleratedFailureCount: s.count,
@@ -158,6 +161,7 @@ export function distributedMapHandler(name, state, env) {
       items: s.items.map((item, index) => ({ index, status: 'PENDING', item })),
       resultWriterDetails: null,
     };
+    await env.announce(run);
     await runItems(run, s, state, input, definition, childMachineArn, env);
     run.stoppedAt = Date.now();
     const failed = run.items.filter((i) => i.status === 'FAILED').length;
@@ -174,6 +178,7 @@ export function distributedMapHandler(name, state, env) {
       result = { MapRunArn: mapRunArn, ResultWriterDetails: run.resultWriterDetails };
     }
     env.record(run);
+    await env.announce(run);
     if (run.status === 'FAILED') throw new StatesError(run.error, run.cause);
     return result;
   };

@@ -61,7 +61,7 @@ const { distributedMapHandler, isDistributedMap, withDistributedMapsAsTasks } = 
 const { allChildrenDone, isStartExecution, startExecutionHandler, startedExecutions } = await import(
   './start_execution.mjs'
 );
-const { putObject, runIteration, runMachine } = await import('./children.mjs');
+const { announceMapRun, putObject, runIteration, runMachine } = await import('./children.mjs');
 
 const [jobPath, resultPath] = process.argv.slice(2);
 if (!jobPath || !resultPath) {
@@ -342,6 +342,7 @@ const childEnv = {
     runIteration(StateMachine, definition, input, { ...ctx, State: context.State }, overrides),
   putObject: (bucket, key, body) => putObject(job, bucket, key, body),
   record: (run) => mapRuns.push(run),
+  announce: (run) => announceMapRun(job, run),
 };
 const machineEnv = {
   machines: job.stateMachines ?? {},
