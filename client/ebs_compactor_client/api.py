@@ -140,6 +140,7 @@ class Waiter:
     api: Api
     execution_arn: str
     interval: float = 5.0
+    batch: bool = False
     timeout: float | None = None
     out: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
     sleep: Callable[[float], None] = lambda seconds: time.sleep(seconds)
@@ -147,7 +148,7 @@ class Waiter:
 
     def wait(self) -> dict[str, Any]:
         """The final DescribeExecution answer; raises TimeoutError when --timeout passes."""
-        progress, interval = Progress(), self.interval
+        progress, interval = Progress(steps=self.batch), self.interval
         deadline = None if self.timeout is None else self.clock() + self.timeout
         while True:
             try:

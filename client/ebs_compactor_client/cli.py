@@ -324,7 +324,13 @@ def _start_and_follow(
         if run["as_json"]:
             click.echo(json.dumps({"executionArn": execution_arn, "input": document}))
         return
-    waiter = Waiter(obj.api, execution_arn, interval=run["poll_seconds"], timeout=run["timeout"])
+    waiter = Waiter(
+        obj.api,
+        execution_arn,
+        interval=run["poll_seconds"],
+        timeout=run["timeout"],
+        batch=kind == "batch",
+    )
     try:
         described = _aws(waiter.wait)
     except TimeoutError:

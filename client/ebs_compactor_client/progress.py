@@ -23,6 +23,10 @@ class Progress:
     """What the client knows of a running execution; each update says what changed."""
 
     phase: str | None = None
+    # a batch: its Task and Map states are its steps (its history holds only its own states;
+    # each item runs as a child execution), announced as `step: <name>`
+    steps: bool = False
+    step: str | None = None
     copy: dict[str, Any] | None = None
     map_run_arn: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -37,7 +41,7 @@ class Progress:
             line = self._apply_one(event)
             if line:
                 lines.append(line)
-        copies = [i for i, line in enumerate(lines) if not line.startswith("phase: ")]
+        copies = [i for i, line in enumerate(lines) if line.split(":")[0] not in ("phase", "step")]
         return [line for i, line in enumerate(lines) if i not in copies[:-1]]
 
     def _apply_one(self, event: dict[str, Any]) -> str | None:
@@ -47,6 +51,9 @@ class Progress:
             return None
         if kind.endswith("StateEntered"):
             name = event.get("stateEnteredEventDetails", {}).get("name", "")
+            if self.steps and kind in ("TaskStateEntered", "MapStateEntered") and name != self.step:
+                self.step = name
+                return f"step: {name}"
             if name.endswith(PHASE_SUFFIX) and name[: -len(PHASE_SUFFIX)] != self.phase:
                 self.phase = name[: -len(PHASE_SUFFIX)]
                 return f"phase: {self.phase}"

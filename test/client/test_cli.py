@@ -193,6 +193,7 @@ def test_batch_of_ids_uses_the_batch_state_machine_and_shows_counts(sfn: FakeSfn
         "options": {"tags": {"k": "v"}},
         "maxConcurrency": 2,
     }
+    assert "step: Compact each item" in result.output.splitlines()
     assert "items: 2 total, 1 running, 1 succeeded" in result.output
     assert result.output.splitlines()[-1] == (
         "SUCCEEDED outcome=partial items=2 succeeded=1 failed=1"

@@ -150,7 +150,7 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
     """The deployed stack: the client finds the state machine through the stack's SSM parameter,
     starts a compaction, shows its phases and the copy's percent, exits 0 and --json prints the
     report; status and report read it back; a snapshot that does not exist fails with its error
-    name and a non-zero exit."""
+    name and a non-zero exit; a batch through the client (_batch_through_the_client)."""
     opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out")
     with Emulator(tmp_path / "emu", Faults()) as emu:
         ctx = setup(emu, opts, None, tmp_path / "work", tmp_path / "logs")
@@ -175,3 +175,21 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
                          "--poll-seconds", "0.5")  # fmt: skip
             assert bad.returncode == 1, bad.stderr[-3000:]
             assert bad.stdout.splitlines()[-1].startswith("FAILED error=SnapshotNotFound"), bad
+            _batch_through_the_client(emu, stack, ctx.registered.snapshot_ids[0])
+
+
+def _batch_through_the_client(emu: Emulator, stack: list[str], snapshot: str) -> None:
+    """`batch` starts the stack's batch workflow (its own SSM parameter) with a good snapshot
+    and a missing one: the missing one fails alone, the batch SUCCEEDS with outcome partial
+    (exit 6: a pipeline notices), --json prints the summary naming the failed item."""
+    missing = "snap-0badc0ffee0000000"
+    items = ["--snapshot", snapshot, "--snapshot", missing, "--max-concurrency", "2"]
+    proc = client(emu, *stack, "batch", *items, "--wait", "--poll-seconds", "0.5", "--json")
+    assert proc.returncode == 6, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert "step: Resolve batch" in lines and "step: Summarize batch" in lines, lines
+    summary = json.loads(proc.stdout)
+    assert summary["outcome"] == "partial", summary
+    assert (summary["totals"]["succeeded"], summary["totals"]["failed"]) == (1, 1), summary
+    assert [item["id"] for item in summary["failedItems"]] == [missing], summary
+    assert lines[-1].startswith("SUCCEEDED outcome=partial items=2"), lines
