@@ -12,6 +12,8 @@ OS ?= none
 BOOT_MODE ?=
 # BATCH=N: a batch of N items (N-1 snapshots + one missing) through the batch workflow (twin/batch.py)
 BATCH ?= 0
+# DRY_RUN=1: the execution input says "dryRun": true (an estimate; no snapshot is made)
+DRY_RUN ?= 0
 # make sweep STATES="Launch transfer instance,Report" KINDS=error,abort WORKERS=2
 STATES ?=
 KINDS ?=
@@ -35,7 +37,7 @@ test-twin: twin-synth
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
 	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)" \
-	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH)
+	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH) $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
 
 # Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
 sweep: twin-synth

@@ -121,13 +121,15 @@ def holds(row: dict[str, Any]) -> bool:
     """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
     roles, the source untouched, and once delivered
     the new snapshots (and the AMI, if one was registered) still exist; with OS=debian a new AMI
-    that was booted booted."""
+    that was booted booted; a dry run created no snapshot and no AMI."""
     if row["leaked_resources"] or row.get("iam_denials"):
         return False
     if row.get("new_image_boots") is False:
         return False
     if not row["source_snapshot_unchanged"]:
         return False
+    if row.get("dry_run") and (row.get("snapshots_created") or row.get("new_image_id")):
+        return False  # a dry run makes no snapshot and no AMI, whatever happened
     if row["delivered"]:
         if (
             row["new_snapshots_existing"] < len(row["new_snapshot_ids"])

@@ -2,7 +2,7 @@
 
 usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
                            [--trigger api|tag] [--fault KIND@STATE|NAME] [--cdk-out DIR] [--out DIR]
-                           [--os none|debian] [--boot-mode legacy-bios|uefi]
+                           [--os none|debian] [--boot-mode legacy-bios|uefi] [--dry-run]
 
 FAULT: KIND@STATE with KIND one of error, throttle, abort, lost and STATE a Task state of the
 synthesized main definition (e.g. error@Report), or one of the named faults.
@@ -41,6 +41,7 @@ def _run_lines(report: dict[str, Any]) -> list[str]:
     """The scenario, the execution's end, the fault, the outcome, cleanup, trigger, states."""
     s = report["scenario"]
     os_label = f" OS={s['os']} BOOT_MODE={s['boot_mode']}" if s.get("os", "none") != "none" else ""
+    os_label += " DRY_RUN=1" if s.get("dry_run") else ""
     lines = [
         f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}"
         + os_label,
@@ -91,6 +92,7 @@ def _result_lines(report: dict[str, Any]) -> list[str]:
         f"  read from source {_mib(report['bytes_read_from_source'])}, written to target "
         f"{_mib(report['bytes_written_to_target'])}",
         *_block_lists(report),
+        *_estimate_lines(report),
         (
             f"  verification     files equal: {report['files_verified']}, "
             f"fsck clean: {report['fsck_clean']}"
@@ -184,6 +186,25 @@ def _block_lists(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _estimate_lines(report: dict[str, Any]) -> list[str]:
+    """DRY_RUN=1: the estimate and the snapshots the run made (none)."""
+    if not report.get("dry_run"):
+        return []
+    lines = [f"  snapshots made   {report.get('snapshots_created')} (a dry run makes none)"]
+    e = report.get("estimate")
+    if not e:
+        return [*lines, "  estimate         none: the dry run did not finish"]
+    seconds = "-" if e["copySeconds"] is None else f"{e['copySeconds']} s"
+    return [
+        *lines,
+        f"  estimate         source stores {_mib(e['sourceStoredBytes'])}, a compaction would "
+        f"store {_mib(e['predictedStoredBytes'])}: {_mib(e['predictedSavingsBytes'])} "
+        f"({e['savingsPercent']}%) saved",
+        f"  estimate         live {_mib(e['liveBytes'])}, {_mib(e['bytesToRead'])} to read, "
+        f"copy about {seconds}",
+    ]
+
+
 def _per_state(durations: list[dict[str, Any]], top: int = 8) -> str:
     """Seconds spent in each state (summed over repeats), the slowest first."""
     totals: dict[str, list[float]] = {}
@@ -228,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--boot-mode", default=os.environ.get("BOOT_MODE") or None)
     parser.add_argument("--batch", type=int, default=int(os.environ.get("BATCH") or 0),
                         help="N: a batch of N items (twin/batch.py)")  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true",
+                        default=os.environ.get("DRY_RUN", "") not in ("", "0"),
+                        help='the input says "dryRun": true: an estimate, no snapshot')  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
@@ -238,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
         cdk_out=args.cdk_out, out_dir=args.out,
         os=args.os or "none", boot_mode=args.boot_mode or None, batch=args.batch,
+        dry_run=args.dry_run,
     )  # fmt: skip
     try:
         opts.validate()

@@ -30,6 +30,8 @@ class Facts:
     new_image_existing: bool
     leaks: list[str]
     outcome: str | None
+    snapshots_created: int = 0  # CreateSnapshot calls of the run (the emulator's count)
+    estimate: dict[str, Any] | None = None  # a dry run's `estimate` from the workflow report
 
 
 @dataclass
@@ -121,9 +123,12 @@ def facts(emu: Emulator, result: ExecutionResult, source_image: str | None) -> F
         keep |= set(existing)
     keep_image = new_image if (delivered or reported_image) else None
     left = leaks(emu, result.name, keep, keep_image)
+    report = result.output if isinstance(result.output, dict) else result.workflow_report
+    estimate = report.get("estimate") if isinstance(report, dict) else None
     return Facts(
-        outputs, new_ids, existing, delivered, new_image, image_existing, left, outcome(result)
-    )
+        outputs, new_ids, existing, delivered, new_image, image_existing, left, outcome(result),
+        len(emu.state.snapshots_created), estimate if isinstance(estimate, dict) else None,
+    )  # fmt: skip
 
 
 def outcome(result: ExecutionResult) -> str | None:

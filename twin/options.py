@@ -1,5 +1,5 @@
-"""What one twin scenario runs: FS, INPUT, TRIGGER, FAULT, OS and BOOT_MODE of `make demo`, where
-the cloud assembly is and where the report goes."""
+"""What one twin scenario runs: FS, INPUT, TRIGGER, FAULT, OS, BOOT_MODE and DRY_RUN of `make demo`,
+where the cloud assembly is and where the report goes."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class Options:
     # workflow (twin/batch.py), at most batch_concurrency children at once
     batch: int = 0
     batch_concurrency: int = 2
+    # DRY_RUN=1: the execution input says "dryRun": true (an estimate: no target, snapshot or AMI)
+    dry_run: bool = False
 
     @property
     def ami_boot_mode(self) -> str | None:
@@ -50,6 +52,9 @@ class Options:
             raise ValueError("TRIGGER=tag starts compactions of snapshots: use INPUT=snapshot")
         self._validate_os()
         self._validate_batch()
+        if self.dry_run and (self.trigger != "api" or self.batch or self.os != "none"):
+            raise ValueError("DRY_RUN=1 starts one dry run through the API: leave TRIGGER, BATCH "
+                             "and OS at their defaults")  # fmt: skip
         parse(self.fault)  # the state is checked against the definition once deployed
 
     def _validate_batch(self) -> None:

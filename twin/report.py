@@ -31,7 +31,7 @@ def _doc(meaning: str) -> dict[str, str]:
 @dataclass
 class Report:
     scenario: dict[str, Any] = field(
-        metadata=_doc("`fs`, `input`, `trigger`, `fault`, `os`, `boot_mode` of the run")
+        metadata=_doc("`fs`, `input`, `trigger`, `fault`, `os`, `boot_mode`, `dry_run` of the run")
     )
     fault: str = field(
         metadata=_doc("KIND@STATE (several joined by `+`), the named fault, or `none`")
@@ -173,6 +173,19 @@ class Report:
     workflow_report: Any = field(
         metadata=_doc("the workflow's own report (the Report task's output)")
     )
+    dry_run: bool = field(metadata=_doc("DRY_RUN=1: the execution input said `dryRun: true`"))
+    snapshots_created: int = field(
+        metadata=_doc("CreateSnapshot calls the run made, counted by the emulator (a dry run: 0)")
+    )
+    estimate: dict[str, Any] | None = field(
+        metadata=_doc("DRY_RUN=1: the workflow report's `estimate` (its totals), else null")
+    )
+    predicted_stored_bytes: int | None = field(
+        metadata=_doc(
+            "DRY_RUN=1: `estimate.predictedStoredBytes`, what a compaction's new snapshots would "
+            "store (512 KiB blocks the copy would write)"
+        )
+    )
     notes: list[str] = field(metadata=_doc("what the twin changed or saw on the way"))
     transfer_instances: list[dict[str, Any]] = field(
         metadata=_doc("which disk each transfer instance booted from")
@@ -295,15 +308,26 @@ def _run_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         **_boot_fields(checks),
         "bad_input_cases": run.cases,
         "workflow_report": primary.workflow_report if primary else None,
+        **_dry_run_fields(ctx, run),
         "notes": ctx.notes,
         "transfer_instances": counts.transfer_instances,
         "iam_denials": checks.iam_denials,
     }
 
 
+def _dry_run_fields(ctx: Context, run: Run) -> dict[str, Any]:
+    estimate = run.facts.estimate if run.facts else None
+    return {
+        "dry_run": ctx.opts.dry_run,
+        "snapshots_created": run.facts.snapshots_created if run.facts else 0,
+        "estimate": estimate,
+        "predicted_stored_bytes": estimate.get("predictedStoredBytes") if estimate else None,
+    }
+
+
 def _scenario(opts: Options, fault: str) -> dict[str, Any]:
     return {"fs": opts.fs, "input": opts.input, "trigger": opts.trigger, "fault": fault,
-            "os": opts.os, "boot_mode": opts.ami_boot_mode}  # fmt: skip
+            "os": opts.os, "boot_mode": opts.ami_boot_mode, "dry_run": opts.dry_run}  # fmt: skip
 
 
 def _boot_fields(checks: Checks) -> dict[str, Any]:

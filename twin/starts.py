@@ -21,11 +21,13 @@ TAG_DELIVERIES = 2  # EventBridge delivers at least once: the twin delivers the 
 
 def start_api(ctx: Context) -> ExecutionResult:
     source = ctx.registered
-    execution_input = (
+    execution_input: dict[str, Any] = (
         {"snapshotId": source.snapshot_ids[0]}
         if source.kind == "snapshot"
         else {"imageId": source.image_id, "fastSnapshotRestoreAzs": [FSR_ZONE]}
     )
+    if ctx.opts.dry_run:
+        execution_input["dryRun"] = True
     return run_execution(ctx, execution_input)
 
 
