@@ -15,7 +15,7 @@ export interface TaskRoleProps {
   readonly amiParameterName: string;
   readonly instanceRole: iam.IRole;
   readonly documentName: string;
-  /** Not granted today: no task reads the command log group (the summary comes from GetCommandInvocation). */
+  /** check_compaction reads the tail of the command's stderr stream here (its progress lines). */
   readonly commandLogGroupArn: string;
   /** Keys the workflow may use through EC2. */
   readonly kmsKeyArns: string[];
@@ -298,6 +298,12 @@ function commandStatements(c: StatementContext): iam.PolicyStatement[] {
       actions: ['ssm:SendCommand'],
       resources: [c.ec2Arn('instance')],
       conditions: { StringEquals: { [`ssm:resourceTag/${STACK_TAG}`]: c.props.stackName } },
+    }),
+    new iam.PolicyStatement({
+      // The log group's ARN ends in :* and so names its streams (GetLogEvents acts on a stream).
+      sid: 'ReadTheCommandsProgressFromItsLogGroup',
+      actions: ['logs:GetLogEvents'],
+      resources: [c.props.commandLogGroupArn],
     }),
   ];
 }

@@ -169,6 +169,7 @@ export class CompactionWorkflow extends Construct {
         plan: $('$.plan'),
         // the block lists stay valid: the next attempt's command reads the same bundle
         sourceBlocks: $('$.sourceBlocks'),
+        compaction: JSON_NULL,
       },
     });
     relaunch.next(launchPhase);
@@ -196,6 +197,8 @@ export class CompactionWorkflow extends Construct {
         executionName: sfn.JsonPath.executionName,
         launchAttempt: 1,
         sourceBlocks: JSON_NULL,
+        // Check compaction reads its last result (the progress it keeps): none before the first poll
+        compaction: JSON_NULL,
         timings: Object.fromEntries([
           ['start', sfn.JsonPath.stateEnteredTime],
           ...PHASES.map((phase) => [phase, JSON_NULL]),

@@ -65,9 +65,22 @@ def region() -> str:
     return ec2().meta.region_name
 
 
+# One quick attempt: check_compaction's progress read must not hold up its poll (the next poll
+# reads again).
+_LOGS_CONFIG = BotoConfig(
+    retries={"mode": "standard", "max_attempts": 2}, connect_timeout=3, read_timeout=5
+)
+
+
+@cache
+def logs() -> Any:
+    # typed Any: mypy-boto3-logs is not among the dev requirements
+    return boto3.client("logs", config=_LOGS_CONFIG)
+
+
 def reset_clients() -> None:
     """Forget the clients (tests change the endpoint or Region between cases)."""
-    for factory in (ec2, ssm, kms, events, ebs, s3, sfn):
+    for factory in (ec2, ssm, kms, events, ebs, s3, sfn, logs):
         factory.cache_clear()
 
 

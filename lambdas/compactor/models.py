@@ -162,10 +162,22 @@ class CommandResult(TypedDict):
     commandId: str
 
 
+class CompactionProgress(TypedDict):
+    """The data plane's last progress line (compactor/ssm/progress.py)."""
+
+    phase: str
+    percent: float
+    bytesDone: int
+    bytesTotal: int
+    etaSeconds: int
+    at: str
+
+
 class CompactionResult(TypedDict):
     done: bool
     status: str
     summary: dict[str, Any] | None
+    progress: CompactionProgress | None
     transientError: NotRequired[str]
 
 

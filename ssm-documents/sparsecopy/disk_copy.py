@@ -159,8 +159,7 @@ def _write(
     """The copy itself, the table/superblock last. Returns (bytes read, bytes written)."""
     on_read = dev.held.touch if dev.held else None
     copier = Copier(options.jobs, on_read=on_read)
-    # Every byte the copy reads from the source: its own ranges and the partitions staged for
-    # the trim method (their write-back, known only after fstrim, is a phase of its own).
+    # every source byte read: ranges + trim staging (its write-back is a phase of its own)
     trimmed = [staged_extents(part, dev.held) for part in plan.partitions if part.method == TRIM]
     progress = Progress("copy", total(ranges) + sum(total(staged) for staged in trimmed))
     copier.copy(dev.source_fd, dev.target_fd, clip(ranges, HEAD, dev.size), progress)

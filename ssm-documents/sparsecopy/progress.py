@@ -1,9 +1,5 @@
-"""Progress lines on stderr: percent, bytes, rate and ETA, at most every few seconds.
-
-A line reads ``sparsecopy: PHASE: PCT% DONE of TOTAL, RATE/s, ETA M:SS, bytes N/M``: the human
-figures for people, ``bytes N/M`` (exact, N never above M) for programs (check_compaction reads
-the last line from the command's log stream). The percent is rounded down, so 100.0% means every
-byte of the total is done, and the total is fixed before the first byte is counted."""
+"""Progress lines on stderr: ``PHASE: PCT% DONE of TOTAL, RATE/s, ETA M:SS, bytes N/M`` (exact
+N <= M for check_compaction), at most every few seconds; 100.0% only when done."""
 
 import os
 import sys
@@ -28,7 +24,7 @@ def log(message: str) -> None:
 
 
 def default_interval() -> float:
-    """Seconds between lines: SPARSECOPY_PROGRESS_SECONDS (tests ask 0: every batch), else 2."""
+    """SPARSECOPY_PROGRESS_SECONDS (tests: 0), else 2."""
     try:
         return max(float(os.environ.get("SPARSECOPY_PROGRESS_SECONDS", "2")), 0.0)
     except ValueError:
@@ -36,17 +32,15 @@ def default_interval() -> float:
 
 
 def percent_of(done: int, total: int) -> float:
-    """``done`` of ``total`` in percent, rounded down to 0.1 (an empty total is done)."""
+    """Rounded down to 0.1 (an empty total is done)."""
     if total <= 0:
         return 100.0
     return min(1000 * done // total, 1000) / 10
 
 
 class Progress:
-    """Thread-safe byte counter that reports itself every ``interval`` seconds.
-
-    ``total`` is every byte the phase will ``add``; counting more is a bug in the caller's plan,
-    reported once (the line then says so) rather than printed as a percent above 100."""
+    """Thread-safe byte counter that reports itself every ``interval`` seconds. ``total`` is
+    every byte the phase will ``add``: more is a bug, logged once, never shown above 100%."""
 
     def __init__(self, phase: str, total: int, interval: Optional[float] = None) -> None:
         self.phase = phase
@@ -63,10 +57,7 @@ class Progress:
             self.done += n
             if self.done > self.total and not self.overrun:
                 self.overrun = True
-                log(
-                    f"{self.phase}: internal error: {self.done} bytes counted of a planned "
-                    f"{self.total}: the progress below is capped at the total"
-                )
+                log(f"{self.phase}: internal error: {self.done} bytes of {self.total} counted")
 
     def maybe_report(self, force: bool = False) -> None:
         now = time.monotonic()

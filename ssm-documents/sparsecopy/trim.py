@@ -13,7 +13,7 @@ from .copier import Copier
 from .errors import Failure
 from .extents import Extents, total
 from .plan import RAW, PartPlan, scratch_room
-from .progress import Progress, human, log
+from .progress import Progress, log
 from .source_blocks import Held
 
 
@@ -65,7 +65,7 @@ def _fstrim(image: str, fs: str) -> Optional[str]:
 
 
 def staged_extents(plan: PartPlan, held: Optional[Held] = None) -> Extents:
-    """The source bytes the trim method stages for ``plan``: the partition (∩ held)."""
+    """What the trim method reads of the source: the partition (∩ held)."""
     whole = [(plan.start, plan.size)]
     return held.clip(whole) if held else whole
 
@@ -82,14 +82,12 @@ def copy_trimmed(
 ) -> "tuple[int, int]":
     """Copy one partition by the trim method. Returns (source bytes read, target bytes written).
 
-    The staging reads count in ``progress`` (the copy's, whose total holds staged_extents).
-    With ``held`` (--source-blocks) only the listed blocks are staged: the rest of the scratch
-    image stays a hole, which reads as the zeros those blocks hold."""
+    Staging counts in ``progress`` (the copy's). With ``held`` (--source-blocks) only the listed
+    blocks are staged: the rest of the image stays a hole (the zeros those blocks hold)."""
     with scratch_image(scratch, plan.size) as image:
         staging = Copier(jobs, on_read=held.touch if held else None)
         image_fd = os.open(image, os.O_RDWR)
         staged = staged_extents(plan, held)
-        log(f"partition {plan.number}: staging {human(total(staged))} for the trim method")
         try:
             staging.copy(source_fd, image_fd, staged, progress, shift=-plan.start)
             os.fsync(image_fd)

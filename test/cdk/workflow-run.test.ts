@@ -247,8 +247,9 @@ describe('the workflow, run with fake tasks', () => {
     expect(Object.keys(startCompaction).sort()).toEqual(['attached', 'instance', 'plan', 'sourceBlocks']);
     expect(startCompaction.attached).toEqual(ATTACHED);
     expect(startCompaction.sourceBlocks).toEqual(SOURCE_BLOCKS);
-    expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'instance']);
+    expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'compaction', 'instance']);
     expect(checkCompaction.command).toEqual({ commandId: 'cmd-1' });
+    expect(checkCompaction.compaction).toBeNull(); // the first poll: no progress kept yet
     expect(createSnapshots).toEqual({ plan: PLAN, attached: ATTACHED });
     expect(Object.keys(checkSnapshots)).toEqual(['snapshots']);
     expect(teardown).toEqual({

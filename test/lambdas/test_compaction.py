@@ -126,7 +126,12 @@ def test_invocation_not_there_yet_is_not_done(world: World) -> None:
     plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
     command = start(world, plan, instance, ready)
     respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("InvocationDoesNotExist"))
-    assert check(world, instance, command) == {"done": False, "status": "Pending", "summary": None}
+    assert check(world, instance, command) == {
+        "done": False,
+        "status": "Pending",
+        "summary": None,
+        "progress": None,
+    }
 
 
 def running_instance(world: World) -> dict[str, Any]:
@@ -144,13 +149,23 @@ COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
 def test_running_command_is_not_done(world: World, status: str) -> None:
     instance = running_instance(world)
     invocation(status, stdout="")
-    assert check(world, instance, COMMAND) == {"done": False, "status": status, "summary": None}
+    assert check(world, instance, COMMAND) == {
+        "done": False,
+        "status": status,
+        "summary": None,
+        "progress": None,
+    }
 
 
 def test_invocation_not_created_yet_is_not_done(world: World) -> None:
     instance = running_instance(world)
     respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("InvocationDoesNotExist"))
-    assert check(world, instance, COMMAND) == {"done": False, "status": "Pending", "summary": None}
+    assert check(world, instance, COMMAND) == {
+        "done": False,
+        "status": "Pending",
+        "summary": None,
+        "progress": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -201,6 +216,7 @@ def test_success_gives_the_summary_line(world: World) -> None:
         "done": True,
         "status": "Success",
         "summary": summary,
+        "progress": None,
     }
 
 

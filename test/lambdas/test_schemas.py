@@ -38,6 +38,7 @@ TYPED: dict[str, tuple[str, str]] = {
     "AttachedVolume": ("results/attach_volumes.schema.json", "/definitions/pair"),
     "CommandResult": ("results/start_compaction.schema.json", ""),
     "CompactionResult": ("results/check_compaction.schema.json", ""),
+    "CompactionProgress": ("results/check_compaction.schema.json", "/definitions/progress"),
     "SnapshotItem": ("results/create_snapshots.schema.json", "/definitions/snapshot"),
     "SnapshotsResult": ("results/check_snapshots.schema.json", ""),
     "ImageResult": ("results/register_image.schema.json", ""),

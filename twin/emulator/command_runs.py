@@ -1,5 +1,7 @@
 """A Run Command invocation on one instance: what ran, its state and output as
-GetCommandInvocation reports them, and stopping it when the instance goes away."""
+GetCommandInvocation reports them (nothing until it ends, then only the first characters; the
+whole output goes to CloudWatch Logs, command_logs.py), and stopping it when the instance goes
+away."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .command_logs import CommandLogs
+
 STDOUT_LIMIT = 24_000  # StandardOutputContent is cut here by SSM
-STDERR_LIMIT = 8_000
+STDERR_LIMIT = 8_000  # StandardErrorContent: "the first 8,000 characters" (botocore's docs)
+FINAL_STATUSES = frozenset({"Success", "Failed", "TimedOut", "Cancelled"})
 
 
 def now() -> datetime.datetime:
@@ -42,32 +47,38 @@ class CommandRun:
     root_mount: tuple[str, Path] | None = None
     instance_gone: bool = False
     thread: threading.Thread | None = None
+    logs: CommandLogs | None = None  # SendCommand's CloudWatchOutputConfig
+    # A 2.2 document's step name: PluginName of the invocation and part of its log stream names
+    plugin_name: str = "aws:runShellScript"
+    log_shipper: threading.Thread | None = None
 
     def invocation(self) -> dict[str, Any]:
         elapsed = ""
         if self.started is not None:
             end = self.ended or now()
             elapsed = f"PT{(end - self.started).total_seconds():.3f}S"
+        finished = self.status in FINAL_STATUSES
         return {
             "CommandId": self.command_id,
             "InstanceId": self.instance_id,
             "Comment": "",
             "DocumentName": self.document_name,
             "DocumentVersion": "$DEFAULT",
-            "PluginName": "aws:runShellScript",
+            "PluginName": self.plugin_name,
             "ResponseCode": self.response_code,
             "ExecutionStartDateTime": self.started.isoformat() if self.started else "",
             "ExecutionElapsedTime": elapsed,
             "ExecutionEndDateTime": self.ended.isoformat() if self.ended else "",
             "Status": self.status,
             "StatusDetails": self.status,
-            "StandardOutputContent": self.stdout[:STDOUT_LIMIT],
+            # "If the command hasn't finished running ... this string is empty."
+            "StandardOutputContent": self.stdout[:STDOUT_LIMIT] if finished else "",
             "StandardOutputUrl": "",
-            "StandardErrorContent": self.stderr[:STDERR_LIMIT],
+            "StandardErrorContent": self.stderr[:STDERR_LIMIT] if finished else "",
             "StandardErrorUrl": "",
             "CloudWatchOutputConfig": {
-                "CloudWatchLogGroupName": "",
-                "CloudWatchOutputEnabled": False,
+                "CloudWatchLogGroupName": self.logs.group if self.logs else "",
+                "CloudWatchOutputEnabled": self.logs is not None,
             },
         }
 

@@ -4,7 +4,8 @@ SendCommand of a Command document with an aws:runShellScript step runs the step'
 machine in a background thread, with the parameters substituted the way the SSM agent does
 (`{{ Name }}`), against loop devices that stand in for the instance's EBS volumes.
 GetCommandInvocation then answers like SSM: InvocationDoesNotExist right after SendCommand, then
-Pending/InProgress, then Success/Failed/TimedOut with the (cut) output.
+Pending/InProgress (no output yet), then Success/Failed/TimedOut with the (cut) output; with
+CloudWatchOutputConfig the whole output streams to CloudWatch Logs meanwhile (command_logs.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from moto.ssm.exceptions import SSMException as RESTError
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
-from . import patching
+from . import command_logs, patching
 from . import state as st
 from .command_runs import CommandRun, kill, now
 from .ec2_twin import boot_disk, interrupt_spot_instance
@@ -124,6 +125,8 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
             "LANG": "C.UTF-8",
             "SPARSECOPY_BY_ID_DIR": str(by_id),
         }
+        if "SPARSECOPY_PROGRESS_SECONDS" in os.environ:  # a test asks for more progress lines
+            env["SPARSECOPY_PROGRESS_SECONDS"] = os.environ["SPARSECOPY_PROGRESS_SECONDS"]
         run.started = now()
         run.status = "InProgress"
         run.process = subprocess.Popen(
@@ -143,13 +146,8 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
             # fast the command is.
             time.sleep(INTERRUPT_AFTER_SECONDS)
             interrupt_spot_instance(backend, run.instance_id)
-        try:
-            out, err = run.process.communicate(timeout=run.timeout_seconds)
-        except subprocess.TimeoutExpired:
-            kill(run)
-            out, err = run.process.communicate()
-            run.status = "TimedOut"
-        run.stdout, run.stderr = out, err
+        _wait(run)
+        _stop_logs(run)  # the agent uploads the last output before it reports the end
         if run.instance_gone:
             # The agent died with the instance: nobody reports an end.
             return
@@ -163,8 +161,50 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
         run.status = "Failed"
         run.response_code = 1
     finally:
+        _stop_logs(run)
         _release_devices(emu, run)
         _keep_output(emu, run)
+
+
+def _wait(run: CommandRun) -> None:
+    """Until the plugin ends (or its timeout): both outputs read as they are written, kept for
+    the invocation and, with CloudWatchOutputConfig, uploaded in batches as the agent does."""
+    assert run.process is not None and run.process.stdout and run.process.stderr
+    out: list[str] = []
+    err: list[str] = []
+    readers = [
+        threading.Thread(target=command_logs.pump, args=(pipe, name, keep, run.logs), daemon=True)
+        for pipe, name, keep in (
+            (run.process.stdout, "stdout", out),
+            (run.process.stderr, "stderr", err),
+        )
+    ]
+    for reader in readers:
+        reader.start()
+    if run.logs is not None:
+        run.log_shipper = command_logs.shipper(run.logs)
+    try:
+        run.process.wait(timeout=run.timeout_seconds)
+    except subprocess.TimeoutExpired:
+        kill(run)
+        run.process.wait()
+        run.status = "TimedOut"
+    for reader in readers:
+        reader.join()
+    run.stdout, run.stderr = "".join(out), "".join(err)
+
+
+def _stop_logs(run: CommandRun) -> None:
+    """The last batch goes up when the plugin ends; an agent that died with its instance sends
+    nothing more."""
+    if run.logs is None or run.logs.stop.is_set():
+        return
+    if run.instance_gone:
+        with run.logs.lock:
+            run.logs.pending.clear()
+    run.logs.stop.set()
+    if run.log_shipper is not None:
+        run.log_shipper.join(timeout=30)
 
 
 def _keep_output(emu: st.EmulatorState, run: CommandRun) -> None:
@@ -193,6 +233,7 @@ def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
         return command
     backend = ec2_backends[self.account_id][self.region_name]
     for instance_id in command.instance_ids:
+        step = str((document.get("mainSteps") or [{}])[0].get("name") or "aws:runShellScript")
         run = CommandRun(
             command_id=command.command_id,
             instance_id=instance_id,
@@ -201,6 +242,14 @@ def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
             timeout_seconds=script_timeout or 3600,
             rundir=emu.workdir / "commands" / command.command_id / instance_id,
         )
+        run.plugin_name = step
+        run.logs = command_logs.from_request(
+            _CLOUDWATCH.config,
+            self.account_id,
+            self.region_name,
+            f"{command.command_id}/{instance_id}/{command_logs.step_stream_name(step)}",
+            name,
+        )
         run.rundir.mkdir(parents=True, exist_ok=True)
         with emu.lock:
             emu.runs[(command.command_id, instance_id)] = run
@@ -208,6 +257,23 @@ def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
         run.thread.start()
     command.status = "InProgress"
     return command
+
+
+class _RequestConfig(threading.local):
+    config: Any = None
+
+
+# SendCommand's CloudWatchOutputConfig, which moto's backend does not take: the response handler
+# keeps it here (per server thread) for _send_command.
+_CLOUDWATCH = _RequestConfig()
+
+
+def _send_command_response(self: SimpleSystemManagerResponse) -> ActionResult:
+    _CLOUDWATCH.config = self._get_param("CloudWatchOutputConfig")
+    try:
+        return _orig["send_command_response"](self)  # type: ignore[no-any-return]
+    finally:
+        _CLOUDWATCH.config = None
 
 
 def _get_invocation(self: Command, instance_id: str, plugin_name: str | None) -> dict[str, Any]:
@@ -223,7 +289,7 @@ def _get_invocation(self: Command, instance_id: str, plugin_name: str | None) ->
             "An error occurred (InvocationDoesNotExist) when calling the "
             "GetCommandInvocation operation",
         )
-    if plugin_name not in (None, "aws:runShellScript"):
+    if plugin_name not in (None, run.plugin_name):
         raise RESTError("InvalidPluginName", f"plugin {plugin_name} is not in the document")
     self.status = run.status
     return run.invocation()
@@ -276,6 +342,11 @@ def install() -> None:
         {
             "send_command": (SimpleSystemManagerBackend, "send_command", _send_command),
             "get_invocation": (Command, "get_invocation", _get_invocation),
+            "send_command_response": (
+                SimpleSystemManagerResponse,
+                "send_command",
+                _send_command_response,
+            ),
             "describe_instance_information": (
                 SimpleSystemManagerResponse,
                 "describe_instance_information",

@@ -18,12 +18,14 @@ from compactor.models import (
     AttachedVolume,
     AttachResult,
     CommandResult,
+    CompactionProgress,
     CompactionResult,
     InstanceResult,
     Plan,
     SourceBlocksResult,
 )
 from compactor.observability import logger
+from compactor.ssm import progress
 
 # How long SSM may take to deliver the command to the agent; the run itself is bounded by the
 # document's TimeoutSeconds parameter (its default, 172,800 s, is kept).
@@ -97,15 +99,21 @@ def start(
     return {"commandId": command["CommandId"]}
 
 
-def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
+def check(
+    instance: InstanceResult,
+    command: CommandResult,
+    log_group: str = "",
+    previous: CompactionProgress | None = None,
+) -> CompactionResult:
     """Not done while the invocation runs (RUNNING_STATUSES), while it does not exist yet (right
     after SendCommand), or when a call got a throttling or 5xx answer (`transientError`; the poll
-    loop's bound still applies)."""
+    loop's bound still applies). Every result carries the data plane's latest progress from the
+    command's log group (`previous` when it cannot be read: compactor/ssm/progress.py)."""
     try:
         found = describe(instance["instanceId"])
     except ClientError as error:
         if aws.is_transient(error):
-            return _not_done_yet("DescribeInstances", error)
+            return _not_done_yet("DescribeInstances", error, previous)
         raise
     if found is not None:
         raise_if_lost(found)
@@ -116,14 +124,28 @@ def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
     except ClientError as error:
         # right after SendCommand the invocation may not exist yet
         if aws.error_code(error) == "InvocationDoesNotExist":
-            return {"done": False, "status": "Pending", "summary": None}
+            return {"done": False, "status": "Pending", "summary": None, "progress": previous}
         if aws.is_transient(error):
-            return _not_done_yet("GetCommandInvocation", error)
+            return _not_done_yet("GetCommandInvocation", error, previous)
         raise
+    latest = previous
+    if log_group and invocation.get("PluginName"):
+        latest = progress.read(
+            log_group,
+            command["commandId"],
+            instance["instanceId"],
+            invocation["PluginName"],
+            previous,
+        )
+    return _outcome(invocation, latest)
+
+
+def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionResult:
+    """The result of a polled invocation: not done, the summary, or CompactionFailed."""
     status = invocation.get("Status", "Pending")
     stdout = invocation.get("StandardOutputContent", "")
     if status in RUNNING_STATUSES:
-        return {"done": False, "status": status, "summary": None}
+        return {"done": False, "status": status, "summary": None, "progress": latest}
     if status == "Success":
         summary = _last_json_line(stdout)
         if summary is None or not isinstance(summary.get("volumes"), list):
@@ -131,7 +153,7 @@ def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
                 'the Command document succeeded but printed no {"volumes": [...]} summary '
                 f"line (stdout ends with {stdout[-300:]!r}): check the command log group"
             )
-        return {"done": True, "status": status, "summary": summary}
+        return {"done": True, "status": status, "summary": summary, "progress": latest}
     report = _last_json_line(stdout) or {}
     if isinstance(report.get("error"), str):
         logger.error("compaction failed", extra={"sourceVolumeId": report.get("sourceVolumeId")})
@@ -143,10 +165,18 @@ def check(instance: InstanceResult, command: CommandResult) -> CompactionResult:
     )
 
 
-def _not_done_yet(call: str, error: ClientError) -> CompactionResult:
+def _not_done_yet(
+    call: str, error: ClientError, previous: CompactionProgress | None
+) -> CompactionResult:
     message = f"{call}: {aws.error_code(error)}: {aws.error_message(error)}"
     logger.info("compaction not checked yet", extra={"error": message})
-    return {"done": False, "status": "Unknown", "summary": None, "transientError": message}
+    return {
+        "done": False,
+        "status": "Unknown",
+        "summary": None,
+        "progress": previous,
+        "transientError": message,
+    }
 
 
 def _last_json_line(text: str) -> dict[str, Any] | None:
