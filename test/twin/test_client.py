@@ -23,7 +23,7 @@ from twin.cfn import Deployment
 from twin.context import setup
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
-from twin.emulator.stepfunctions_twin import publish_stack_parameters, serve
+from twin.emulator.stepfunctions_twin import Served, publish_stack_parameters, serve
 from twin.execution import Machine
 from twin.options import Options
 
@@ -53,15 +53,15 @@ DEFINITION = {
 
 
 @pytest.fixture
-def small_machine(emulator: Emulator, tmp_path: Path) -> Iterator[tuple[Emulator, str]]:
+def small_machine(emulator: Emulator, tmp_path: Path) -> Iterator[tuple[Emulator, str, Served]]:
     """The hand-written definition in moto's Step Functions, its executions run by the twin."""
     d = Deployment(stack_name="ClientTwin", region=emulator.region, account=emulator.account)
     arn = emulator.boto3_client("stepfunctions").create_state_machine(
         name="small", definition=json.dumps(DEFINITION),
         roleArn=f"arn:aws:iam::{d.account}:role/twin-state-machine",
     )["stateMachineArn"]  # fmt: skip
-    with serve(emulator, d, {arn: Machine("", arn, "small", DEFINITION)}, tmp_path / "logs"):
-        yield emulator, arn
+    with serve(emulator, d, {arn: Machine("", arn, "small", DEFINITION)}, tmp_path / "logs") as sv:
+        yield emulator, arn, sv
 
 
 def client(emu: Emulator, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -70,8 +70,11 @@ def client(emu: Emulator, *args: str, timeout: float = 600) -> subprocess.Comple
                           timeout=timeout)  # fmt: skip
 
 
-def test_wait_shows_phases_and_percent_and_exits_0(small_machine: tuple[Emulator, str]) -> None:
-    emu, arn = small_machine
+def test_wait_shows_phases_and_percent_and_exits_0(
+    small_machine: tuple[Emulator, str, Served],
+) -> None:
+    emu, arn, served = small_machine
+    served.throttle_history = 3  # boto3's retries (standard mode) take them: the wait goes on
     proc = client(emu, "start", "--state-machine-arn", arn, "--snapshot", "snap-0123456789abcdef0",
                   "--wait", "--poll-seconds", "0.2", "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -80,6 +83,7 @@ def test_wait_shows_phases_and_percent_and_exits_0(small_machine: tuple[Emulator
     assert "copy: 37.5% 3.0 MiB of 8.0 MiB, about 12s left" in lines
     assert json.loads(proc.stdout) == REPORT
     assert lines[-1].startswith("SUCCEEDED outcome=success")
+    assert served.throttle_history == 0
 
 
 def _start(emu: Emulator, arn: str, document: dict[str, Any]) -> str:
@@ -97,8 +101,10 @@ def _wait_for(emu: Emulator, execution: str, status: str, seconds: float = 60) -
     raise AssertionError(f"{execution} did not become {status}: {described}")
 
 
-def test_a_failed_run_exits_1_with_the_error_name(small_machine: tuple[Emulator, str]) -> None:
-    emu, arn = small_machine
+def test_a_failed_run_exits_1_with_the_error_name(
+    small_machine: tuple[Emulator, str, Served],
+) -> None:
+    emu, arn, _ = small_machine
     proc = client(emu, "start", "--state-machine-arn", arn, "--snapshot", BAD, "--wait",
                   "--poll-seconds", "0.2")  # fmt: skip
     assert proc.returncode == 1, proc.stderr
@@ -111,8 +117,10 @@ def test_a_failed_run_exits_1_with_the_error_name(small_machine: tuple[Emulator,
     assert client(emu, "report", execution).returncode == 5  # no report state ran
 
 
-def test_history_pages_like_aws_and_stop_aborts(small_machine: tuple[Emulator, str]) -> None:
-    emu, arn = small_machine
+def test_history_pages_like_aws_and_stop_aborts(
+    small_machine: tuple[Emulator, str, Served],
+) -> None:
+    emu, arn, _ = small_machine
     sfn = emu.boto3_client("stepfunctions")
     execution = _start(emu, arn, {"snapshotId": "snap-1", "wait": True})  # 30 s in the twin
     deadline = time.monotonic() + 30

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from moto.core.exceptions import AWSError
 from moto.core.utils import utcnow
 from moto.stepfunctions.models import StepFunctionBackend
 from moto.stepfunctions.responses import StepFunctionResponse
@@ -65,6 +66,9 @@ class Served:
     execute_options: dict[str, Any]
     runs: dict[str, Run] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # the next this many GetExecutionHistory calls are throttled (ThrottlingException, as AWS
+    # answers past its token bucket), to show a client backs off and goes on
+    throttle_history: int = 0
 
 
 _SERVED: Served | None = None
@@ -196,6 +200,11 @@ def _get_execution_history(self: Any) -> Any:
     from moto.core.responses import ActionResult
 
     served, run = found
+    with served.lock:
+        throttled = served.throttle_history > 0
+        served.throttle_history = max(0, served.throttle_history - 1)
+    if throttled:
+        raise Throttling()
     role = f"arn:aws:iam::{served.deployment.account}:role/twin-state-machine"
     events = history_events(read_log(run.log), role, self._get_param("includeExecutionData", True))
     page, token = paginate(
@@ -208,6 +217,14 @@ def _get_execution_history(self: Any) -> Any:
     if token is not None:
         answer["nextToken"] = token
     return ActionResult(answer)
+
+
+class Throttling(AWSError):
+    TYPE = "ThrottlingException"
+    STATUS = 400
+
+    def __init__(self) -> None:
+        super().__init__("Rate exceeded")
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
