@@ -272,6 +272,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "sizing": imported("compactor.sizing", "readme_table"),
     "workflow": imported("devkit.workflow_table", "workflow_table"),
     "twin-report-fields": imported("twin.report", "fields_table"),
+    "metrics": imported("devkit.metrics_table", "metrics_table"),
 }
 
 

@@ -7,6 +7,7 @@ import { CleanupWorkflow } from './cleanup-workflow';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
 import { transferNetwork } from './network';
+import { Operations } from './operations';
 import { Settings } from './settings';
 import { checkedEnvironment, TaskFunctions } from './task-functions';
 import { TaskRole } from './task-role';
@@ -114,6 +115,7 @@ export class CompactorStack extends Stack {
       taskFunctionShared: tasks.shared,
     });
     const pipelinePolicy = this.pipelineAccess(dataPlane.commandLogGroup, triggers);
+    const operations = this.operations(tasks, dataPlane);
 
     acknowledgeNagFindings({
       taskRole: taskRole.role,
@@ -126,6 +128,18 @@ export class CompactorStack extends Stack {
       pipelinePolicy,
       deadLetterQueue: triggers.deadLetterQueue,
       createdVpc: dataPlane.network.createdVpc,
+      sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
+      operations,
+    });
+  }
+
+  /** Dashboard, alarms on an SNS topic, the scheduled sweeper (docs/operations.md). */
+  private operations(tasks: TaskFunctions, dataPlane: DataPlane): Operations {
+    return new Operations(this, 'Operations', {
+      settings: this.settings,
+      stateMachine: this.workflow.stateMachine,
+      cleanupStateMachine: this.cleanup.stateMachine,
+      taskFunctionShared: tasks.shared,
       sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
     });
   }

@@ -7,6 +7,7 @@ import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { IConstruct } from 'constructs';
+import type { Operations } from './operations';
 
 /**
  * Every cdk-nag (AwsSolutions) finding this stack accepts, each with its reason; docs/deploy.md ("cdk-nag acknowledgements") lists
@@ -27,6 +28,8 @@ export interface NagAcknowledgementTargets {
   /** Only when the stack created the VPC. */
   readonly createdVpc?: ec2.Vpc;
   readonly sourceBlocksBucket: s3.Bucket;
+  /** The sweeper, the dashboard and the alarms (lib/operations.ts). */
+  readonly operations?: Operations;
 }
 
 const NAG = 'AwsSolutions::AwsSolutions-';
@@ -223,6 +226,44 @@ export function nagAcknowledgements(t: NagAcknowledgementTargets): Acknowledgeme
         'This queue is the dead-letter queue of the EventBridge targets; a dead-letter queue of its own would add nothing.',
     },
     ...(t.createdVpc ? createdVpcAcknowledgements(t.createdVpc) : []),
+    ...(t.operations ? operationsAcknowledgements(t.operations) : []),
+  ];
+}
+
+/** The sweeper's function and role (lib/operations.ts). */
+function operationsAcknowledgements(o: Operations): Acknowledgement[] {
+  return [
+    { on: o.sweep, rule: 'L1', reason: PYTHON_RUNTIME },
+    {
+      on: o.sweepRole,
+      rule: 'IAM5[Resource::*]',
+      reason:
+        'EC2 Describe calls (finding the stack-tagged leftovers) and X-Ray (granted by CDK) have no resource-level permissions.',
+    },
+    ...['instance/*', 'volume/*'].map((resource) => ({
+      on: o.sweepRole,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:${resource}]`,
+      reason:
+        'The leftovers of any execution; terminate and delete only with aws:ResourceTag ebs-snapshot-compactor:stack = this stack.',
+    })),
+    ...['snapshot/*', 'image/*'].map((resource) => ({
+      on: o.sweepRole,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::${resource}]`,
+      reason:
+        'Undelivered outputs of any execution; delete and deregister only with aws:ResourceTag ebs-snapshot-compactor:stack = this stack.',
+    })),
+    {
+      on: o.sweepRole,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(o.stateMachine)}.Name>:*]`,
+      reason:
+        "DescribeExecution of the execution named by a leftover's tag, on this state machine's executions only.",
+    },
+    {
+      on: o.sweepRole,
+      rule: `IAM5[Resource::<${logicalId(o.sourceBlocksBucket)}.Arn>/*]`,
+      reason:
+        "Block lists are keyed by execution name; the sweeper deletes only the prefix of an execution it sweeps, in the stack's own bucket.",
+    },
   ];
 }
 

@@ -52,6 +52,10 @@ export interface Settings {
   /** Undefined = the public Powertools layer named by its SSM parameter, resolved at deploy. */
   readonly powertoolsLayerArn?: string;
   readonly logRetentionDays: number;
+  /** Operations (lib/operations.ts): alarm e-mail (undefined = no subscription), sweeper schedule and grace. */
+  readonly alarmEmail?: string;
+  readonly sweepIntervalMinutes: number;
+  readonly sweepGraceMinutes: number;
 }
 
 type LimitName = keyof typeof contractLimits.limits;
@@ -128,6 +132,7 @@ export function readSettings(context: ContextSource): Settings {
     ...readPollLoops(reader),
     stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes'),
     ...readAccountResources(reader),
+    ...readOperations(reader),
   };
   checkHistoryBudget(settings);
   return settings;
@@ -237,6 +242,17 @@ function readAccountResources(
     kmsKeyArns: reader.optionalList('kmsKeyArns'),
     powertoolsLayerArn: reader.optionalString('powertoolsLayerArn'),
     logRetentionDays,
+  };
+}
+
+/** The alarm e-mail and the sweeper's schedule (lib/operations.ts, docs/operations.md). */
+function readOperations(
+  reader: ContextReader,
+): Pick<Settings, 'alarmEmail' | 'sweepIntervalMinutes' | 'sweepGraceMinutes'> {
+  return {
+    alarmEmail: reader.optionalString('alarmEmail'),
+    sweepIntervalMinutes: reader.integer('sweepIntervalMinutes'),
+    sweepGraceMinutes: reader.integer('sweepGraceMinutes'),
   };
 }
 

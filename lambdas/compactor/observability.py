@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
-from compactor import aws
+from compactor import aws, contract
 from compactor.errors import TransientAwsError
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "ebs-snapshot-compactor"
@@ -23,6 +23,11 @@ NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "EbsSnapshotCompac
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
 metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
+
+# the dimension every metric carries besides `service` (contract/metrics.json defaultDimensions)
+STACK_DIMENSION = "Stack"
+# a launch pool's or result's `market` → the Market dimension's value (contract/metrics.json)
+MARKETS = {"spot": "Spot", "on-demand": "OnDemand"}
 
 Event = dict[str, Any]
 Result = TypeVar("Result")
@@ -37,6 +42,7 @@ def task_handler(
 
     @functools.wraps(func)
     def translated(event: Event, context: LambdaContext) -> Result:
+        _set_stack_dimension()
         try:
             return func(event, context)
         except ClientError as error:
@@ -51,3 +57,50 @@ def task_handler(
     return logger.inject_lambda_context(clear_state=True)(
         tracer.capture_lambda_handler(metrics.log_metrics(translated))
     )
+
+
+def _stack_dimensions() -> dict[str, str]:
+    stack = os.environ.get("STACK_NAME", "").strip()
+    return {STACK_DIMENSION: stack} if stack else {}
+
+
+def _set_stack_dimension() -> None:
+    """The Stack dimension on every metric of this call, from STACK_NAME (functions without it,
+    like start_from_tag, emit with `service` only)."""
+    metrics.clear_default_dimensions()
+    metrics.provider.dimension_set.pop(STACK_DIMENSION, None)
+    metrics.set_default_dimensions(**_stack_dimensions())
+
+
+def metric_spec(name: str) -> Mapping[str, Any]:
+    """contract/metrics.json's entry of metric `name`; a name not written there is a bug."""
+    specs: Mapping[str, Any] = contract.load("metrics")["metrics"]
+    if name not in specs:
+        raise ValueError(
+            f"metric {name!r} is not in contract/metrics.json (known: {sorted(specs)})"
+        )
+    spec: Mapping[str, Any] = specs[name]
+    return spec
+
+
+def emit(name: str, value: float, dimensions: Mapping[str, str] | None = None) -> None:
+    """Adds metric `name` (its unit from contract/metrics.json) to this call's EMF output. A metric
+    with extra dimensions (`Phase`, `Market`) goes out at once as its own EMF blob with `service`,
+    `Stack` and those; the others are flushed with the call's metrics when the handler returns."""
+    spec = metric_spec(name)
+    extra = dict(dimensions or {})
+    if sorted(extra) != sorted(spec["extraDimensions"]):
+        raise ValueError(
+            f"metric {name} takes the dimensions {spec['extraDimensions']}, got {sorted(extra)}"
+        )
+    if not extra:
+        metrics.add_metric(name=name, unit=spec["unit"], value=value)
+        return
+    with single_metric(
+        name=name,
+        unit=spec["unit"],
+        value=value,
+        namespace=NAMESPACE,
+        default_dimensions={"service": SERVICE, **_stack_dimensions(), **extra},
+    ):
+        pass

@@ -28,6 +28,8 @@ const WHERE: [string, RegExp, RegExp][] = [
   ['`start_from_tag` role', /^Nag\/Triggers\/StartFromTagRole$/, /./],
   ['pipeline policy', /^Nag\/StartCompactionsPolicy$/, /./],
   ['dead-letter queue', /^Nag\/Triggers\/DeadLetters$/, /./],
+  ['`sweep` function', /^Nag\/Operations\/Sweep$/, /^L1$/],
+  ['`sweep` role', /^Nag\/Operations\/SweepRole$/, /./],
 ];
 
 /**

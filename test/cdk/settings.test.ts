@@ -45,6 +45,9 @@ describe('settings', () => {
       kmsKeyArns: undefined,
       powertoolsLayerArn: undefined,
       logRetentionDays: 90,
+      alarmEmail: undefined,
+      sweepIntervalMinutes: 60,
+      sweepGraceMinutes: 60,
     });
     expect(worstCaseHistoryEvents(s)).toBeLessThanOrEqual(HISTORY_EVENT_LIMIT);
   });

@@ -23,7 +23,7 @@ from compactor.ec2.instances import describe, raise_if_lost
 from compactor.ec2.launch import gp3_performance, is_about_initialization_rate
 from compactor.errors import VolumeCreationFailed
 from compactor.models import AttachedVolume, AttachResult, InstanceResult, Plan, VolumePlan
-from compactor.observability import logger, metrics
+from compactor.observability import emit, logger
 from compactor.volumes import source_device, target_device
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def _create(
             "no capacity for the volume initialization rate; default rate instead",
             extra={"index": volume["index"], "error": aws.error_message(error)},
         )
-        metrics.add_metric(name="VolumeInitializationRateFallback", unit="Count", value=1)
+        emit("VolumeInitializationRateFallback", 1)
         rate = None
         created = aws.ec2().create_volume(**_request(plan, volume, instance_id, zone, rate, config))
     logger.info(

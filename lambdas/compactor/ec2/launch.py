@@ -26,7 +26,7 @@ from compactor.config import (
 )
 from compactor.errors import NoCapacity, NoSpotCapacity
 from compactor.models import FailedPool, InstanceResult, Market, Plan
-from compactor.observability import logger, metrics
+from compactor.observability import MARKETS, emit, logger
 from compactor.volumes import target_device
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
                 }
             )
             logger.info("no capacity in pool", extra={"pool": pool.describe()})
-            metrics.add_metric(name="CapacityErrors", unit="Count", value=1)
+            emit("CapacityErrors", 1, {"Market": MARKETS[pool.market]})
     tried = "; ".join(f"{f['market']} {f['instanceType']} in {f['subnetId']}" for f in failed)
     if config.allow_on_demand:
         raise NoCapacity(
@@ -136,9 +136,7 @@ def _run(
 ) -> InstanceResult:
     request = run_instances_request(plan, launch_attempt, pool, config)
     instance = aws.ec2().run_instances(**request)["Instances"][0]
-    metrics.add_metric(
-        name="LaunchedSpot" if pool.market == "spot" else "LaunchedOnDemand", unit="Count", value=1
-    )
+    emit("LaunchedSpot" if pool.market == "spot" else "LaunchedOnDemand", 1)
     logger.info("launched", extra={"instanceId": instance["InstanceId"], "pool": pool.describe()})
     return {
         "instanceId": instance["InstanceId"],

@@ -8,14 +8,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor.config import Config
 from compactor.models import Report
-from compactor.observability import Event, metrics, task_handler
+from compactor.observability import Event, task_handler
 from compactor.report import build, events
-
-METRIC_BY_OUTCOME = {
-    "success": "Succeeded",
-    "succeeded-with-warnings": "SucceededWithWarnings",
-    "failure": "Failed",
-}
+from compactor.report.metrics import emit_report_metrics
 
 
 @task_handler
@@ -23,5 +18,5 @@ def handler(event: Event, context: LambdaContext) -> Report:
     config = Config.from_env()
     report = build.build(event, datetime.now(UTC), config)
     events.publish(report, config.event_bus_name)
-    metrics.add_metric(name=METRIC_BY_OUTCOME[report["outcome"]], unit="Count", value=1)
+    emit_report_metrics(event, report)
     return report
