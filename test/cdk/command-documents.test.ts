@@ -172,6 +172,7 @@ describe('the compact-volumes script', () => {
     Verify: 'false',
     TimeoutSeconds: '3600',
     SourceBlocksUrl: '',
+    Mode: 'copy',
   };
 
   test('is the short decode-and-run: a dozen lines of shell besides the program', () => {
@@ -197,6 +198,7 @@ describe('the compact-volumes script', () => {
       Jobs: '--jobs',
       Verify: '--verify',
       SourceBlocksUrl: '--source-blocks-url',
+      Mode: '--mode',
     };
     expect(script).toMatch(/python3 "\$work\/sparsecopy\.pyz" job /);
     expect(Object.keys(content.parameters).sort()).toEqual([...Object.keys(flags), 'TimeoutSeconds'].sort());
