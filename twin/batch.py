@@ -81,13 +81,15 @@ def batch_input(
     }
 
 
-def play(ctx: Context, items: list[str], max_concurrency: int, tolerated: int = 100) -> BatchRun:
+def play(ctx: Context, items: list[str], max_concurrency: int, tolerated: int = 100,
+         extra: dict[str, Any] | None = None) -> BatchRun:  # fmt: skip
     """Run one batch of `items` (snapshot ids) to its end, then the cleanup path of each failed
-    child and of the batch itself."""
+    child and of the batch itself. `extra`: more batch input keys (e.g. minSavingsPercent; the
+    template's workflow only)."""
     started = time.monotonic()
     machine = batch_machine(ctx)
     name = f"batch-{uuid.uuid4().hex[:10]}"
-    given = batch_input(machine, name, items, max_concurrency, tolerated)
+    given = {**batch_input(machine, name, items, max_concurrency, tolerated), **(extra or {})}
     result = run_execution(ctx, given, name=name, machine=machine, fault=False)
     cleanup = cleanup_path(ctx, result)
     for child in result.child_executions:

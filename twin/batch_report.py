@@ -155,6 +155,21 @@ def s3_reports(ctx: Context, ran: BatchRun) -> dict[str, Any]:
     return {"result_writer_manifest": writer, "batch_report": report}
 
 
+def agrees(workflow_totals: dict[str, Any] | None, counted: dict[str, int]) -> bool | None:
+    """Whether summarize_batch's totals (batch-report.json in S3) are the emulator's own count of
+    items and stored bytes; None without that report."""
+    if not workflow_totals:
+        return None
+    pairs = [
+        ("items", "items"),
+        ("succeeded", "succeeded"),
+        ("failed", "failed"),
+        ("storedBytesBefore", "stored_bytes_before"),
+        ("storedBytesAfter", "stored_bytes_after"),
+    ]
+    return all(workflow_totals.get(theirs) == counted[ours] for theirs, ours in pairs)
+
+
 def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
     result = ran.result
     map_run = result.map_runs[0] if result.map_runs else {}
@@ -204,6 +219,7 @@ def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
         "leaked_resources": len(found),
         "leaks": found,
         "s3": s3,
+        "s3_report_agrees": agrees((s3["batch_report"] or {}).get("totals"), counted),
         "batch_input": ran.batch_input,
         "summary": summary or None,
         "states_visited": result.states_visited,
@@ -255,7 +271,8 @@ def summary_lines(report: dict[str, Any]) -> str:
         lines.append(f"  map results      s3://{writer['Bucket']}/{writer['Key']}")
     s3_report = report["s3"]["batch_report"]
     lines.append(
-        f"  batch report     s3://{s3_report['bucket']}/{s3_report['key']}"
+        f"  batch report     s3://{s3_report['bucket']}/{s3_report['key']} (its totals "
+        f"{'agree with' if report['s3_report_agrees'] else 'DIFFER from'} the twin's count)"
         if s3_report
         else "  batch report     (none in S3: the workflow has no summarize_batch step)"
     )

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from devkit.loop import LoopDevices
-from twin.batch import MISSING_SNAPSHOT, play, sources
+from twin.batch import MISSING_SNAPSHOT, batch_machine, play, sources
 from twin.batch_report import build
 from twin.context import Context, setup
 from twin.emulator.server import Emulator
@@ -57,6 +57,23 @@ def test_a_batch_succeeds(twin: tuple[Context, list[str]]) -> None:
     assert report["leaked_resources"] == 0, report["leaks"]
 
 
+def test_an_item_not_worth_compacting_is_skipped_after_its_dry_run(
+    twin: tuple[Context, list[str]],
+) -> None:
+    ctx, good = twin
+    if batch_machine(ctx).logical_id == "TwinHandwrittenBatch":
+        pytest.skip("the hand-written batch workflow has no resolve_batch to plan estimates")
+    ran = play(ctx, good[:1], 1, extra={"minSavingsPercent": 100})
+    report = build(ctx, ran, ran.seconds)
+    assert report["execution_status"] == "SUCCEEDED", report
+    (row,) = report["items"]
+    assert row["outcome"] == "skipped", row
+    (child,) = ran.result.child_executions
+    assert child["input"]["dryRun"] is True and child["status"] == "SUCCEEDED"
+    assert child["output"]["outcome"] == "estimated"
+    assert report["leaked_resources"] == 0, report["leaks"]
+
+
 def test_one_failed_item_while_the_others_succeed(twin: tuple[Context, list[str]]) -> None:
     ctx, good = twin
     report = batch(ctx, [*good, MISSING_SNAPSHOT], concurrency=2)
@@ -82,6 +99,7 @@ def test_one_failed_item_while_the_others_succeed(twin: tuple[Context, list[str]
     (failed,) = s3_json(ctx, manifest_at["Bucket"], failed_file["Key"])
     assert failed["Error"] == "States.TaskFailed"
     assert json.loads(failed["Cause"])["Status"] == "FAILED"
+    assert report["s3_report_agrees"] in (None, True), report["s3"]
     (ok_file,) = manifest["ResultFiles"]["SUCCEEDED"]
     assert len(s3_json(ctx, manifest_at["Bucket"], ok_file["Key"])) == 2
 
