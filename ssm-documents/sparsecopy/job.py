@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Callable, NamedTuple, Optional
 
-from . import bundle
+from . import bundle, progress
 from .device import find_device
 from .disk_copy import CopyOptions, copy_disk, inspect_disk
 from .errors import Failure
@@ -128,6 +128,7 @@ def copy_volume(
 ) -> Json:
     """Find both devices and copy; JobFailed (with this volume's source) when any step fails."""
     log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {volume.target_id}")
+    progress.VOLUME[0] = f" (volume {volume.order + 1}/{count})"
     try:
         source = steps.find(volume.source_id, volume.source_device_name)
         if options.mode == "inspect":

@@ -8,6 +8,7 @@ import time
 from typing import Optional
 
 PROGRESS_MARK = ", bytes "  # what every progress line carries before its exact figures
+VOLUME = [""]  # job: " (volume i/n)", after each phase's name
 
 
 def human(n: float) -> str:
@@ -70,7 +71,7 @@ class Progress:
         rate = done / elapsed
         left = (self.total - done) / rate if rate > 0 else 0.0
         log(
-            f"{self.phase}: {percent_of(done, self.total):5.1f}% {human(done)} of "
+            f"{self.phase}{VOLUME[0]}: {percent_of(done, self.total):5.1f}% {human(done)} of "
             f"{human(self.total)}, {human(rate)}/s, ETA {int(left) // 60}:{int(left) % 60:02d}"
             f"{PROGRESS_MARK}{done}/{self.total}"
         )

@@ -112,3 +112,26 @@ def test_progress_of_a_real_debian_disk_is_true(tmp_path: Path) -> None:
         lines = assert_true_progress(summary, stderr)
         print(f"\n{method}: {len(lines)} lines, last {stderr.splitlines()[-3:]}")
         source.unlink()
+
+
+def test_a_jobs_progress_lines_name_their_volume(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the Command document's job every volume starts its phases again: the line says which."""
+    from sparsecopy import job, progress
+
+    monkeypatch.setattr(progress, "VOLUME", [""])
+
+    def fake_copy(options: object) -> dict:
+        counter = progress.Progress("copy", 10, interval=0)
+        counter.add(10)
+        counter.maybe_report(force=True)
+        return {}
+
+    steps = job.Steps(find=lambda volume_id, name: f"/dev/fake-{volume_id}", copy=fake_copy)
+    options = job.JobOptions("vol-1,vol-2", "vol-3,vol-4", "/dev/sdf,/dev/sdg", "/dev/sdh,/dev/sdi")
+    for volume in job.volumes(options):
+        job.copy_volume(volume, 2, options, None, steps)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "%" in line]
+    assert [line.split(":")[1] for line in lines] == [" copy (volume 1/2)", " copy (volume 2/2)"]
+    assert all(line.endswith("bytes 10/10") for line in lines), lines

@@ -55,7 +55,7 @@ def test_check_compaction_keeps_a_progress_that_rises_to_100(
     assert outputs[0]["progress"] is None  # the first poll: the invocation does not exist yet
     seen = [o["progress"] for o in outputs if o["progress"] is not None]
     assert seen, outputs
-    copy = [p for p in seen if p["phase"] == "copy"]
+    copy = [p for p in seen if p["phase"] == "copy (volume 1/1)"]
     percents = [p["percent"] for p in copy]
     print(f"\n{len(outputs)} polls; progress seen: {[(p['phase'], p['percent']) for p in seen]}")
     assert percents == sorted(percents) and all(0 <= p <= 100 for p in percents), percents
