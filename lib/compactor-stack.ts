@@ -113,6 +113,7 @@ export class CompactorStack extends Stack {
       cleanupStateMachine: this.cleanup.stateMachine,
       triggerTagKey: this.settings.triggerTagKey,
       taskFunctionShared: tasks.shared,
+      imageBuilder: this.settings,
     });
     const pipelinePolicy = this.pipelineAccess(dataPlane.commandLogGroup, triggers);
     const operations = this.operations(tasks, dataPlane);

@@ -32,6 +32,10 @@ export interface Settings {
   readonly volumeInitializationRate: number;
   readonly maxVolumeGiB: number;
   readonly triggerTagKey: string;
+  /** EC2 Image Builder pipelines whose AVAILABLE images are compacted; empty = no Image Builder trigger. */
+  readonly imageBuilderPipelineArns?: string[];
+  /** The copySharing of the executions the Image Builder trigger starts. */
+  readonly imageBuilderCopySharing: boolean;
   readonly maxLaunchAttempts: number;
   /** Prepare is called until every source snapshot is `completed`. */
   readonly sourcePoll: PollLoopSettings;
@@ -129,6 +133,8 @@ export function readSettings(context: ContextSource): Settings {
     ...readInstance(reader),
     ...readVolumes(reader),
     triggerTagKey: reader.string('triggerTagKey'),
+    imageBuilderPipelineArns: reader.optionalList('imageBuilderPipelineArns'),
+    imageBuilderCopySharing: reader.boolean('imageBuilderCopySharing'),
     ...readPollLoops(reader),
     stateMachineTimeoutMinutes: reader.integer('stateMachineTimeoutMinutes'),
     ...readAccountResources(reader),

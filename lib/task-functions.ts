@@ -23,6 +23,11 @@ export type WorkflowTaskModule = string;
 
 /** Every function of the stack: the workflow tasks plus the tag rule's target, which starts executions. */
 export const TASK_MODULES: readonly string[] = CONTRACT_TASKS.map((t) => t.module);
+
+/** The functions a stack with default settings has: those without `createdWhen` (a setting they need) in tasks.json. */
+export const DEFAULT_STACK_MODULES: readonly string[] = CONTRACT_TASKS.filter(
+  (t) => !('createdWhen' in t),
+).map((t) => t.module);
 export type TaskModule = string;
 
 export const REPO_DIR = path.join(__dirname, '..');

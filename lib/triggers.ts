@@ -12,6 +12,8 @@ import {
   POWERTOOLS_ENVIRONMENT,
   TaskFunctionShared,
 } from './task-functions';
+import { ImageBuilderTrigger } from './image-builder-trigger';
+import { Settings } from './settings';
 
 export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 
@@ -28,6 +30,8 @@ export interface TriggersProps {
   readonly triggerTagKey: string;
   /** The task functions' shared code and layer; start_from_tag gets its own role and environment. */
   readonly taskFunctionShared: TaskFunctionShared;
+  /** The Image Builder settings; no pipeline ARN (or absent) = no Image Builder trigger. */
+  readonly imageBuilder?: Pick<Settings, 'imageBuilderPipelineArns' | 'imageBuilderCopySharing'>;
 }
 
 /**
@@ -43,6 +47,8 @@ export class Triggers extends Construct {
   public readonly deadLetterQueue: sqs.Queue;
   public readonly startFromTag: lambda.Function;
   public readonly startFromTagRole: iam.Role;
+  /** Only with the imageBuilderPipelineArns setting (lib/image-builder-trigger.ts). */
+  public readonly imageBuilderTrigger?: ImageBuilderTrigger;
 
   constructor(scope: Construct, id: string, props: TriggersProps) {
     super(scope, id);
@@ -64,6 +70,16 @@ export class Triggers extends Construct {
     this.grantStartFromTag(props.stateMachine);
     this.tagRule = this.createTagRule(props.triggerTagKey, targetDelivery);
     this.cleanupRule = this.createCleanupRule(props, targetDelivery);
+    const pipelineArns = props.imageBuilder?.imageBuilderPipelineArns ?? [];
+    if (pipelineArns.length > 0) {
+      this.imageBuilderTrigger = new ImageBuilderTrigger(this, 'ImageBuilder', {
+        stateMachine: props.stateMachine,
+        pipelineArns,
+        copySharing: props.imageBuilder?.imageBuilderCopySharing ?? true,
+        taskFunctionShared: props.taskFunctionShared,
+        delivery: targetDelivery,
+      });
+    }
   }
 
   private createStartFromTag(props: TriggersProps): lambda.Function {

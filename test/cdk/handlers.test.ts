@@ -2,7 +2,7 @@ import { spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { handlerOf, TASK_MODULES, writeLambdaAsset } from '../../lib/task-functions';
+import { DEFAULT_STACK_MODULES, handlerOf, writeLambdaAsset } from '../../lib/task-functions';
 import { synthTemplate } from './support';
 
 const PYTHON = path.join(__dirname, '..', '..', '.venv', 'bin', 'python');
@@ -45,7 +45,7 @@ test('every function Handler resolves to a callable in the Lambda asset (contrac
     String(fn.Properties.Handler).startsWith('compactor.handlers.'),
   );
   const handlers = functions.map((fn) => String(fn.Properties.Handler));
-  expect(handlers.sort()).toEqual(TASK_MODULES.map(handlerOf).sort());
+  expect(handlers.sort()).toEqual(DEFAULT_STACK_MODULES.map(handlerOf).sort());
   expect(handlers).toHaveLength(14);
   // The union of every function's environment (start_from_tag adds STATE_MACHINE_ARN).
   const environment = plainEnvironment(

@@ -33,6 +33,8 @@ describe('settings', () => {
       volumeInitializationRate: 0,
       maxVolumeGiB: 16384,
       triggerTagKey: 'compact',
+      imageBuilderPipelineArns: undefined,
+      imageBuilderCopySharing: true,
       maxLaunchAttempts: 3,
       sourcePoll: { intervalSeconds: 60, maxAttempts: 360 },
       blockListPoll: { intervalSeconds: 10, maxAttempts: 20 },

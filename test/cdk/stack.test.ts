@@ -8,7 +8,7 @@ import {
   contractEnvironmentKeys,
   CONTRACT_TASKS,
   POWERTOOLS_ENVIRONMENT,
-  TASK_MODULES,
+  DEFAULT_STACK_MODULES,
   writeLambdaAsset,
 } from '../../lib/task-functions';
 import { synthTemplate } from './support';
@@ -85,7 +85,7 @@ describe('default stack', () => {
   test('one Python 3.13 function per task, handler compactor.handlers.<module>.handler, traced', () => {
     const functions = Object.values(compactorFunctions(template));
     expect(functions.map((fn) => fn.Properties.Handler).sort()).toEqual(
-      TASK_MODULES.map((module) => `compactor.handlers.${module}.handler`).sort(),
+      DEFAULT_STACK_MODULES.map((module) => `compactor.handlers.${module}.handler`).sort(),
     );
     for (const fn of functions) {
       expect(fn.Properties.Runtime).toBe('python3.13');
