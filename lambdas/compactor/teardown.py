@@ -257,7 +257,9 @@ def _outputs(
         for page in _describe(
             "DescribeImages",
             progress,
-            lambda: [aws.ec2().describe_images(Owners=["self"], Filters=list(owned))],
+            lambda: (
+                aws.ec2().get_paginator("describe_images").paginate(Owners=["self"], Filters=owned)
+            ),
         )
         for image in page["Images"]
         if image.get("State") not in _GONE_IMAGE_STATES

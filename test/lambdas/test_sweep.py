@@ -315,3 +315,29 @@ def test_sweep_config_refuses_bad_values(
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=message):
         sweeper.SweepConfig.from_env()
+
+
+def test_every_page_of_images_is_read_by_the_sweep_and_its_teardown(
+    world: World, machine: str
+) -> None:
+    """Two undelivered AMIs of one aborted execution on two DescribeImages pages: both found by the
+    sweeper and both deregistered by teardown (which pages DescribeImages too)."""
+    start(machine, "exec-images", abort=True)
+    first = leave(world, "exec-images", image=True)
+    second = leave(world, "exec-images", image=True)
+    images = {
+        i["ImageId"]: i
+        for i in world.ec2.describe_images(ImageIds=[first["image"], second["image"]])["Images"]
+    }
+
+    def pages(params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("NextToken") == "page-2":
+            return {"Images": [images[second["image"]]]}
+        return {"Images": [images[first["image"]]], "NextToken": "page-2"}
+
+    calls = respond(aws.ec2(), "DescribeImages", pages)
+    deregistered = capture(aws.ec2(), "DeregisterImage")
+    result = sweeper.sweep(config(), later())
+    assert sorted(entry(result, "exec-images")["found"]["image"]) == sorted(images)
+    assert sorted(d["ImageId"] for d in deregistered) == sorted(images)
+    assert [c.get("NextToken") for c in calls] == [None, "page-2"] * 2  # the sweep, then teardown
