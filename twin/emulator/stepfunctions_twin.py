@@ -31,6 +31,7 @@ from moto.stepfunctions.models import StepFunctionBackend
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from . import patching
+from . import state as st
 
 if TYPE_CHECKING:
     from ..cfn import Deployment
@@ -207,6 +208,7 @@ def _get_execution_history(self: Any) -> Any:
         raise Throttling()
     role = f"arn:aws:iam::{served.deployment.account}:role/twin-state-machine"
     events = history_events(read_log(run.log), role, self._get_param("includeExecutionData", True))
+    events = with_map_runs(events, _map_runs_of(arn))
     page, token = paginate(
         events,
         max_results=self._get_int_param("maxResults") or DEFAULT_RESULTS,
@@ -279,9 +281,7 @@ def history_events(
 
 def _aws_event(line: dict[str, Any], role_arn: str, include: bool) -> dict[str, Any] | None:
     kind = line["type"]
-    event: dict[str, Any] = {
-        "timestamp": datetime.datetime.fromtimestamp(line["timestamp"] / 1000, datetime.UTC)
-    }
+    event: dict[str, Any] = {"timestamp": _at(line["timestamp"])}
     data = (lambda v: json.dumps(v)) if include else (lambda v: None)
     if kind == "ExecutionStarted":
         details = {"input": data(line["input"]), "inputDetails": {"truncated": False},
@@ -316,6 +316,42 @@ def _state_event(line: dict[str, Any], data: Any) -> dict[str, Any]:
     details = {"name": line["state"], "output": data(line["output"]),
                "outputDetails": {"truncated": False}}  # fmt: skip
     return {"type": f"{line['stateType']}StateExited", "stateExitedEventDetails": _clean(details)}
+
+
+def _map_runs_of(execution_arn: str) -> list[dict[str, Any]]:
+    """The Distributed Map runs the runner announced for this execution (emulator/map_runs.py)."""
+    emu = st.ACTIVE
+    if emu is None:
+        return []
+    with emu.lock:
+        runs = [dict(r) for r in emu.map_runs.values()]
+    return [r for r in runs if r.get("executionArn") == execution_arn]
+
+
+def with_map_runs(events: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history with AWS's MapRunStarted (details: mapRunArn) as each Map Run started and
+    MapRunSucceeded/MapRunFailed as it ended, in time order, ids renumbered."""
+    extra: list[dict[str, Any]] = []
+    for run in runs:
+        extra.append({"timestamp": _at(run["startedAt"]), "type": "MapRunStarted",
+                      "mapRunStartedEventDetails": {"mapRunArn": run["mapRunArn"]}})  # fmt: skip
+        if run.get("stoppedAt") and run.get("status") in ("SUCCEEDED", "FAILED"):
+            end: dict[str, Any] = {"timestamp": _at(run["stoppedAt"]),
+                                   "type": f"MapRun{run['status'].title()}"}  # fmt: skip
+            if run["status"] == "FAILED":
+                end["mapRunFailedEventDetails"] = _clean(
+                    {"error": run.get("error"), "cause": run.get("cause")})  # fmt: skip
+            extra.append(end)
+    if not extra:
+        return events
+    merged = sorted(events + extra, key=lambda e: e["timestamp"])  # stable: ties keep order
+    for i, event in enumerate(merged):
+        event["id"], event["previousEventId"] = i + 1, i
+    return merged
+
+
+def _at(ms: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 def _cause(line: dict[str, Any]) -> str | None:
