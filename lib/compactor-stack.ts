@@ -1,8 +1,11 @@
 import { ArnFormat, CfnOutput, RemovalPolicy, Stack, StackProps, Tags } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
+import { BatchWorkflow, batchStateMachineName } from './batch-workflow';
 import { CleanupWorkflow } from './cleanup-workflow';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
@@ -11,7 +14,7 @@ import { Operations } from './operations';
 import { Settings } from './settings';
 import { checkedEnvironment, TaskFunctions } from './task-functions';
 import { TaskRole } from './task-role';
-import { SourceBlocksBucket } from './source-blocks-bucket';
+import { BATCH_RESULTS_PREFIX, BatchResultsBucket, SourceBlocksBucket } from './source-blocks-bucket';
 import { ROOT_DEVICE_NAME, ROOT_VOLUME_GIB, TransferInstance } from './transfer-instance';
 import { Triggers } from './triggers';
 import { CompactionWorkflow } from './workflow';
@@ -27,6 +30,7 @@ export interface WorkflowEnvironmentParts {
   readonly documentName: string;
   readonly commandLogGroupName: string;
   readonly sourceBlocksBucketName: string;
+  readonly batchResultsBucketName: string;
 }
 
 /** The environment of every workflow task function (contract/environment.json, functions "workflow"). */
@@ -57,6 +61,7 @@ export function workflowEnvironment(
     // The shortest compaction poll interval the plan may choose.
     COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
     SOURCE_BLOCKS_BUCKET: parts.sourceBlocksBucketName,
+    BATCH_RESULTS_BUCKET: parts.batchResultsBucketName,
   });
 }
 
@@ -67,11 +72,14 @@ interface DataPlane {
   readonly document: CompactVolumesDocument;
   readonly commandLogGroup: logs.LogGroup;
   readonly sourceBlocks: SourceBlocksBucket;
+  /** The batch results (not a data-plane bucket, but made here with the other bucket for the task role). */
+  readonly batchResults: BatchResultsBucket;
 }
 
 export class CompactorStack extends Stack {
   public readonly workflow: CompactionWorkflow;
   public readonly cleanup: CleanupWorkflow;
+  public readonly batch: BatchWorkflow;
   private readonly settings: Settings;
   private readonly retention: logs.RetentionDays;
 
@@ -83,19 +91,7 @@ export class CompactorStack extends Stack {
 
     const dataPlane = this.dataPlane();
     const taskRole = this.taskRole(dataPlane);
-    const tasks = new TaskFunctions(this, 'Tasks', {
-      role: taskRole.role,
-      logRetention: this.retention,
-      powertoolsLayerArn: this.settings.powertoolsLayerArn,
-      environment: workflowEnvironment(this.settings, {
-        subnetIds: dataPlane.network.subnetIds,
-        launchTemplateId: dataPlane.transfer.launchTemplate.launchTemplateId!,
-        documentName: dataPlane.document.documentName,
-        commandLogGroupName: dataPlane.commandLogGroup.logGroupName,
-        sourceBlocksBucketName: dataPlane.sourceBlocks.bucket.bucketName,
-      }),
-    });
-    taskRole.allowLogging(tasks.logGroupArns);
+    const tasks = this.taskFunctions(dataPlane, taskRole);
 
     this.workflow = new CompactionWorkflow(this, 'Workflow', {
       settings: this.settings,
@@ -107,6 +103,7 @@ export class CompactorStack extends Stack {
       teardownFunction: tasks.functions.teardown,
       logGroup: this.logGroup('CleanupLogs'),
     });
+    this.batch = this.batchWorkflow(tasks, dataPlane);
     // After the state machine: start_from_tag's environment names it (the definition never names start_from_tag).
     const triggers = new Triggers(this, 'Triggers', {
       stateMachine: this.workflow.stateMachine,
@@ -115,7 +112,7 @@ export class CompactorStack extends Stack {
       taskFunctionShared: tasks.shared,
       imageBuilder: this.settings,
     });
-    const pipelinePolicy = this.pipelineAccess(dataPlane.commandLogGroup, triggers);
+    const pipelinePolicy = this.pipelineAccess(dataPlane, triggers);
     const operations = this.operations(tasks, dataPlane);
 
     acknowledgeNagFindings({
@@ -130,6 +127,8 @@ export class CompactorStack extends Stack {
       deadLetterQueue: triggers.deadLetterQueue,
       createdVpc: dataPlane.network.createdVpc,
       sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
+      batchStateMachine: this.batch.stateMachine,
+      batchResultsBucket: dataPlane.batchResults.bucket,
       operations,
     });
   }
@@ -140,8 +139,39 @@ export class CompactorStack extends Stack {
       settings: this.settings,
       stateMachine: this.workflow.stateMachine,
       cleanupStateMachine: this.cleanup.stateMachine,
+      batchStateMachine: this.batch.stateMachine,
       taskFunctionShared: tasks.shared,
       sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
+    });
+  }
+
+  /** Every workflow task function, with the workflow environment; they may write only to their own logs. */
+  private taskFunctions(dataPlane: DataPlane, taskRole: TaskRole): TaskFunctions {
+    const tasks = new TaskFunctions(this, 'Tasks', {
+      role: taskRole.role,
+      logRetention: this.retention,
+      powertoolsLayerArn: this.settings.powertoolsLayerArn,
+      environment: workflowEnvironment(this.settings, {
+        subnetIds: dataPlane.network.subnetIds,
+        launchTemplateId: dataPlane.transfer.launchTemplate.launchTemplateId!,
+        documentName: dataPlane.document.documentName,
+        commandLogGroupName: dataPlane.commandLogGroup.logGroupName,
+        sourceBlocksBucketName: dataPlane.sourceBlocks.bucket.bucketName,
+        batchResultsBucketName: dataPlane.batchResults.bucket.bucketName,
+      }),
+    });
+    taskRole.allowLogging(tasks.logGroupArns);
+    return tasks;
+  }
+
+  /** The batch state machine: one child execution of the workflow per item (docs/batch.md). */
+  private batchWorkflow(tasks: TaskFunctions, dataPlane: DataPlane): BatchWorkflow {
+    return new BatchWorkflow(this, 'Batch', {
+      stateMachineName: batchStateMachineName(this.settings.stackName),
+      compaction: this.workflow.stateMachine,
+      functions: tasks.functions,
+      resultsBucket: dataPlane.batchResults.bucket,
+      logGroup: this.logGroup('BatchLogs'),
     });
   }
 
@@ -161,7 +191,10 @@ export class CompactorStack extends Stack {
     const sourceBlocks = new SourceBlocksBucket(this, 'SourceBlocksBucket', {
       stateMachineTimeoutMinutes: this.settings.stateMachineTimeoutMinutes,
     });
-    return { network, transfer, document, commandLogGroup, sourceBlocks };
+    const batchResults = new BatchResultsBucket(this, 'BatchResultsBucket', {
+      retentionDays: this.settings.batchResultRetentionDays,
+    });
+    return { network, transfer, document, commandLogGroup, sourceBlocks, batchResults };
   }
 
   private taskRole(d: DataPlane): TaskRole {
@@ -178,18 +211,26 @@ export class CompactorStack extends Stack {
         this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),
       ],
       sourceBlocksBucket: d.sourceBlocks.bucket,
+      batchResultsBucket: d.batchResults.bucket,
+      batchStateMachineName: batchStateMachineName(this.settings.stackName),
     });
   }
 
-  /** What a pipeline needs to start, watch and stop compactions, and the stack's outputs. */
-  private pipelineAccess(commandLogGroup: logs.LogGroup, triggers: Triggers): iam.ManagedPolicy {
+  /** What a pipeline needs to start, watch and stop compactions and batches, and the stack's outputs. */
+  private pipelineAccess(d: DataPlane, triggers: Triggers): iam.ManagedPolicy {
     const stateMachine = this.workflow.stateMachine;
     const arnParameter = new ssm.StringParameter(this, 'StateMachineArnParameter', {
       parameterName: `/ebs-snapshot-compactor/${this.settings.stackName}/state-machine-arn`,
       stringValue: stateMachine.stateMachineArn,
       description: 'ARN of the ebs-snapshot-compactor state machine, for pipelines that start compactions',
     });
-    const pipelinePolicy = this.pipelinePolicy(arnParameter);
+    const batchArnParameter = new ssm.StringParameter(this, 'BatchStateMachineArnParameter', {
+      parameterName: `/ebs-snapshot-compactor/${this.settings.stackName}/batch-state-machine-arn`,
+      stringValue: this.batch.stateMachine.stateMachineArn,
+      description: 'ARN of the ebs-snapshot-compactor batch state machine, for pipelines that start batches',
+    });
+    const pipelinePolicy = this.pipelinePolicy([arnParameter, batchArnParameter], d.batchResults.bucket);
+    this.batchOutputs(batchArnParameter, d.batchResults.bucket);
     new CfnOutput(this, 'StateMachineArn', {
       value: stateMachine.stateMachineArn,
       exportName: `${this.settings.stackName}-StateMachineArn`,
@@ -197,21 +238,40 @@ export class CompactorStack extends Stack {
     });
     new CfnOutput(this, 'StateMachineArnParameterName', { value: arnParameter.parameterName });
     new CfnOutput(this, 'StartCompactionsPolicyArn', { value: pipelinePolicy.managedPolicyArn });
-    new CfnOutput(this, 'CommandLogGroupName', { value: commandLogGroup.logGroupName });
+    new CfnOutput(this, 'CommandLogGroupName', { value: d.commandLogGroup.logGroupName });
     new CfnOutput(this, 'TagTriggerDeadLetterQueueUrl', { value: triggers.deadLetterQueue.queueUrl });
     return pipelinePolicy;
   }
 
-  private pipelinePolicy(arnParameter: ssm.StringParameter): iam.ManagedPolicy {
-    const stateMachine = this.workflow.stateMachine;
-    const executions = this.formatArn({
+  private batchOutputs(batchArnParameter: ssm.StringParameter, resultsBucket: s3.IBucket): void {
+    new CfnOutput(this, 'BatchStateMachineArn', {
+      value: this.batch.stateMachine.stateMachineArn,
+      exportName: `${this.settings.stackName}-BatchStateMachineArn`,
+      description: 'Start batches here (StartExecution with a batch input, docs/batch.md)',
+    });
+    new CfnOutput(this, 'BatchStateMachineArnParameterName', { value: batchArnParameter.parameterName });
+    new CfnOutput(this, 'BatchResultsBucketName', {
+      value: resultsBucket.bucketName,
+      description: 'Batch reports: batches/<batch execution name>/batch-report.json',
+    });
+  }
+
+  /** Every execution of a state machine (their ARNs are `...:execution:<state machine name>:<execution name>`). */
+  private executionsOf(stateMachine: sfn.StateMachine): string {
+    return this.formatArn({
       service: 'states',
       resource: 'execution',
       resourceName: `${stateMachine.stateMachineName}:*`,
       arnFormat: ArnFormat.COLON_RESOURCE_NAME,
     });
+  }
+
+  private pipelinePolicy(arnParameters: ssm.StringParameter[], resultsBucket: s3.IBucket): iam.ManagedPolicy {
+    const stateMachine = this.workflow.stateMachine;
+    const executions = this.executionsOf(stateMachine);
+    const batchStateMachine = this.batch.stateMachine;
     return new iam.ManagedPolicy(this, 'StartCompactionsPolicy', {
-      description: `Lets a pipeline start, watch and stop compactions of ${this.settings.stackName}`,
+      description: `Lets a pipeline start, watch and stop compactions and batches of ${this.settings.stackName}`,
       statements: [
         new iam.PolicyStatement({
           sid: 'StartCompactions',
@@ -224,9 +284,24 @@ export class CompactorStack extends Stack {
           resources: [executions],
         }),
         new iam.PolicyStatement({
-          sid: 'FindTheStateMachine',
+          sid: 'StartBatches',
+          actions: ['states:StartExecution'],
+          resources: [batchStateMachine.stateMachineArn],
+        }),
+        new iam.PolicyStatement({
+          sid: 'WatchAndStopBatches',
+          actions: ['states:DescribeExecution', 'states:StopExecution', 'states:GetExecutionHistory'],
+          resources: [this.executionsOf(batchStateMachine)],
+        }),
+        new iam.PolicyStatement({
+          sid: 'ReadBatchResults',
+          actions: ['s3:GetObject'],
+          resources: [resultsBucket.arnForObjects(`${BATCH_RESULTS_PREFIX}/*`)],
+        }),
+        new iam.PolicyStatement({
+          sid: 'FindTheStateMachines',
           actions: ['ssm:GetParameter'],
-          resources: [arnParameter.parameterArn],
+          resources: arnParameters.map((parameter) => parameter.parameterArn),
         }),
       ],
     });

@@ -7,6 +7,7 @@ import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { IConstruct } from 'constructs';
+import { batchStateMachineName } from './batch-workflow';
 import type { Operations } from './operations';
 
 /**
@@ -28,6 +29,9 @@ export interface NagAcknowledgementTargets {
   /** Only when the stack created the VPC. */
   readonly createdVpc?: ec2.Vpc;
   readonly sourceBlocksBucket: s3.Bucket;
+  /** The batch state machine and its results bucket (lib/batch-workflow.ts). */
+  readonly batchStateMachine?: sfn.StateMachine;
+  readonly batchResultsBucket?: s3.Bucket;
   /** The sweeper, the dashboard and the alarms (lib/operations.ts). */
   readonly operations?: Operations;
 }
@@ -226,7 +230,104 @@ export function nagAcknowledgements(t: NagAcknowledgementTargets): Acknowledgeme
         'This queue is the dead-letter queue of the EventBridge targets; a dead-letter queue of its own would add nothing.',
     },
     ...(t.createdVpc ? createdVpcAcknowledgements(t.createdVpc) : []),
+    ...(t.batchStateMachine && t.batchResultsBucket
+      ? batchAcknowledgements(t, t.batchStateMachine, t.batchResultsBucket)
+      : []),
     ...(t.operations ? operationsAcknowledgements(t.operations) : []),
+  ];
+}
+
+/** `execution:<the state machine's name, as CDK's grants cut it from the ARN>` + `suffix`, as cdk-nag prints it. */
+function executionsCutFromArn(stateMachine: sfn.StateMachine, suffix: string): string {
+  const name = JSON.stringify({
+    'Fn::Select': [6, { 'Fn::Split': [':', { Ref: logicalId(stateMachine) }] }],
+  });
+  return `arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${name}${suffix}`;
+}
+
+/** The batch state machine (lib/batch-workflow.ts), its results bucket and who reads it. */
+function batchAcknowledgements(
+  t: NagAcknowledgementTargets,
+  batch: sfn.StateMachine,
+  bucket: s3.Bucket,
+): Acknowledgement[] {
+  const batchFunctions = t.taskFunctions.filter((fn) =>
+    ['ResolveBatch', 'SummarizeBatch'].includes(fn.node.id),
+  );
+  const batchObjects = `IAM5[Resource::<${logicalId(bucket)}.Arn>/batches/*]`;
+  return [
+    {
+      on: bucket,
+      rule: 'S1',
+      reason:
+        'The bucket holds batch results the batch state machine and summarize_batch write; CloudTrail records ' +
+        'those calls and a lifecycle rule deletes them after batchResultRetentionDays.',
+    },
+    { on: batch, rule: 'IAM5[Resource::*]', reason: CDK_TRACING_AND_LOGS },
+    ...batchFunctions.map((fn) => ({
+      on: batch,
+      rule: `IAM5[Resource::<${logicalId(fn)}.Arn>:*]`,
+      reason:
+        'Granted by CDK: invoke of this batch task function with any version qualifier (<function arn>:*).',
+    })),
+    {
+      on: batch,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:s3:::<${logicalId(bucket)}>/*]`,
+      reason:
+        "Granted by CDK for the Distributed Map's ResultWriter (PutObject, GetObject, multipart upload parts): " +
+        'keys are `batches/<map run id>/...`, unknown before the run; the bucket holds only batch results.',
+    },
+    {
+      on: batch,
+      rule: `IAM5[Resource::${executionsCutFromArn(t.stateMachine, '*')}]`,
+      reason:
+        'Granted by CDK for startExecution.sync:2: DescribeExecution/StopExecution of the child executions, ' +
+        'whose names come from the batch items, on the compaction state machine only.',
+    },
+    ...[':*', '/*:*'].map((suffix) => ({
+      on: batch,
+      rule: `IAM5[Resource::${executionsCutFromArn(batch, suffix)}]`,
+      reason:
+        "Granted by CDK for the Distributed Map: Describe/Stop/Redrive of the batch state machine's own executions " +
+        'and map run iterations, whose ids Step Functions picks.',
+    })),
+    ...batchReaderAcknowledgements(t, batch, batchObjects),
+  ];
+}
+
+/** Who reads the batch results: summarize_batch (task role) and pipelines (pipeline policy). */
+function batchReaderAcknowledgements(
+  t: NagAcknowledgementTargets,
+  batch: sfn.StateMachine,
+  batchObjects: string,
+): Acknowledgement[] {
+  return [
+    {
+      on: t.taskRole,
+      rule: batchObjects,
+      reason:
+        'summarize_batch reads the Map run files (`batches/<map run id>/`) and writes `batches/<batch>/batch-report.json`: ' +
+        'ids unknown in advance; the bucket holds only batch results.',
+    },
+    {
+      on: t.taskRole,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${batchStateMachineName(Stack.of(batch).stackName)}:*]`,
+      reason:
+        "summarize_batch finds a failed batch's map run with ListMapRuns on that batch execution: any execution of " +
+        'the batch state machine only.',
+    },
+    {
+      on: t.pipelinePolicy,
+      rule: batchObjects,
+      reason:
+        'A pipeline reads the reports and result files of the batches it started; ids unknown in advance.',
+    },
+    {
+      on: t.pipelinePolicy,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(batch)}.Name>:*]`,
+      reason:
+        'Batch executions are named by the caller, so the statement covers the executions of the batch state machine.',
+    },
   ];
 }
 

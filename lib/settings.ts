@@ -56,6 +56,8 @@ export interface Settings {
   /** Undefined = the public Powertools layer named by its SSM parameter, resolved at deploy. */
   readonly powertoolsLayerArn?: string;
   readonly logRetentionDays: number;
+  /** Days the batch results bucket keeps a batch's result files and report (lib/source-blocks-bucket.ts). */
+  readonly batchResultRetentionDays: number;
   /** Operations (lib/operations.ts): alarm e-mail (undefined = no subscription), sweeper schedule and grace. */
   readonly alarmEmail?: string;
   readonly sweepIntervalMinutes: number;
@@ -235,7 +237,7 @@ function readPollLoops(reader: ContextReader): Pick<Settings, PollLoopKey> {
 /** KMS keys, the Powertools layer and log retention: what the stack uses of the account. */
 function readAccountResources(
   reader: ContextReader,
-): Pick<Settings, 'kmsKeyArns' | 'powertoolsLayerArn' | 'logRetentionDays'> {
+): Pick<Settings, 'kmsKeyArns' | 'powertoolsLayerArn' | 'logRetentionDays' | 'batchResultRetentionDays'> {
   const logRetentionDays = reader.integer('logRetentionDays');
   // CloudWatch Logs accepts only these retention periods
   const allowed = SETTINGS.logRetentionDays.allowed as number[];
@@ -248,6 +250,7 @@ function readAccountResources(
     kmsKeyArns: reader.optionalList('kmsKeyArns'),
     powertoolsLayerArn: reader.optionalString('powertoolsLayerArn'),
     logRetentionDays,
+    batchResultRetentionDays: reader.integer('batchResultRetentionDays'),
   };
 }
 

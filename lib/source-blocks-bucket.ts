@@ -32,3 +32,44 @@ export class SourceBlocksBucket extends Construct {
     });
   }
 }
+
+/** Where the batch state machine's results go (lib/batch-workflow.ts): a key prefix of BatchResultsBucket. */
+export const BATCH_RESULTS_PREFIX = 'batches';
+
+export interface BatchResultsBucketProps {
+  /** The batchResultRetentionDays setting: a lifecycle rule deletes a batch's files this many days after they are written. */
+  readonly retentionDays: number;
+}
+
+/**
+ * The batch results: the Distributed Map's ResultWriter files (`batches/<map run id>/manifest.json`,
+ * `SUCCEEDED_0.json`, `FAILED_0.json`, ...) and summarize_batch's `batches/<batch execution>/batch-report.json`.
+ * Not the source-blocks bucket: S3 applies the shorter of two overlapping expirations, so that bucket's
+ * prefix-less rule (a few days) would delete batch results long before batchResultRetentionDays, and
+ * teardown deletes `<execution name>/` there, which an execution named `batches` would turn into every result.
+ */
+export class BatchResultsBucket extends Construct {
+  public readonly bucket: s3.Bucket;
+
+  constructor(scope: Construct, id: string, props: BatchResultsBucketProps) {
+    super(scope, id);
+    this.bucket = new s3.Bucket(this, 'Bucket', {
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      enforceSSL: true,
+      versioned: false,
+      lifecycleRules: [
+        {
+          id: 'ExpireBatchResults',
+          prefix: `${BATCH_RESULTS_PREFIX}/`,
+          expiration: Duration.days(props.retentionDays),
+        },
+        // The ResultWriter uploads large result files in parts; a failed Map Run can leave parts behind.
+        { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
+      ],
+      removalPolicy: RemovalPolicy.DESTROY,
+      autoDeleteObjects: true,
+    });
+  }
+}

@@ -1,7 +1,8 @@
-import { Stack } from 'aws-cdk-lib';
+import { ArnFormat, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
+import { BATCH_RESULTS_PREFIX } from './source-blocks-bucket';
 
 export const STACK_TAG = 'ebs-snapshot-compactor:stack';
 /** Put by check_snapshots on the new snapshots once all are completed (lambdas/compactor/tags.py). */
@@ -21,6 +22,10 @@ export interface TaskRoleProps {
   readonly kmsKeyArns: string[];
   /** The source snapshots' block lists (lib/source-blocks-bucket.ts). */
   readonly sourceBlocksBucket: s3.IBucket;
+  /** The batch results (lib/source-blocks-bucket.ts BatchResultsBucket): read by summarize_batch, which writes the report. */
+  readonly batchResultsBucket: s3.IBucket;
+  /** The batch state machine's name (fixed, so this role can name its executions without a dependency cycle). */
+  readonly batchStateMachineName: string;
 }
 
 /** What every statement below is built from: the stack's ARNs and the stack-tag conditions. */
@@ -358,6 +363,39 @@ function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
   ];
 }
 
+/**
+ * summarize_batch reads the Map's result files and writes the batch report, all under `batches/`; it lists the
+ * prefix when the Map failed before telling where its files are.
+ */
+function batchResultStatements(c: StatementContext): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      sid: 'ReadBatchResultsAndWriteBatchReports',
+      actions: ['s3:GetObject', 's3:PutObject'],
+      resources: [c.props.batchResultsBucket.arnForObjects(`${BATCH_RESULTS_PREFIX}/*`)],
+    }),
+    new iam.PolicyStatement({
+      sid: 'FindABatchsResultFiles',
+      actions: ['s3:ListBucket'],
+      resources: [c.props.batchResultsBucket.bucketArn],
+      conditions: { StringLike: { 's3:prefix': [`${BATCH_RESULTS_PREFIX}/*`] } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'FindAFailedBatchsMapRun',
+      // After the Map failed, its Catch output does not name the map run; ListMapRuns of the batch execution does.
+      actions: ['states:ListMapRuns'],
+      resources: [
+        c.stack.formatArn({
+          service: 'states',
+          resource: 'execution',
+          resourceName: `${c.props.batchStateMachineName}:*`,
+          arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+        }),
+      ],
+    }),
+  ];
+}
+
 /** The completion event on the default bus. */
 function eventStatements(c: StatementContext): iam.PolicyStatement[] {
   return [
@@ -382,6 +420,7 @@ const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
   commandStatements,
   keyStatements,
   blockListStatements,
+  batchResultStatements,
   eventStatements,
 ];
 

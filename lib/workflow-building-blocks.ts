@@ -43,8 +43,8 @@ export const JSON_NULL = sfn.JsonPath.stringToJson('null');
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** The state machines of the task table: the compaction workflow and the cleanup after a failed one. */
-export type StateMachineName = 'main' | 'cleanup';
+/** The state machines of the task table: the compaction workflow, the cleanup after a failed one, the batch. */
+export type StateMachineName = 'main' | 'cleanup' | 'batch';
 
 /** One Task state of contract/tasks.json: what it sends its Lambda and where the result goes. */
 export interface TaskStateEntry {

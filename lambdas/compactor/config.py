@@ -62,6 +62,8 @@ class Config:
     compaction_poll_seconds: int = 120
     # the stack's bucket for the source snapshots' block lists (compactor/source_blocks.py)
     source_blocks_bucket: str = ""
+    # the stack's bucket for batch results (the Map's result files, batch reports)
+    batch_results_bucket: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -121,6 +123,7 @@ class Config:
                 contract.limit("pollSecondsMax"),
             ),
             source_blocks_bucket=env.text("SOURCE_BLOCKS_BUCKET"),
+            batch_results_bucket=env.text("BATCH_RESULTS_BUCKET"),
         )
 
 

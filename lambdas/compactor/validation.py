@@ -173,6 +173,10 @@ _WORDING: dict[tuple[str, str], _Wording] = {
     ("tags", "*"): lambda value, schema, error: (
         f"tags {value!r} is invalid: use an object of string keys and values"
     ),
+    ("AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID", "*"): lambda value, schema, error: (
+        f"AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID {value!r} is invalid: it is set by Step "
+        "Functions to the ARN of the execution that started this one; leave it out"
+    ),
 }
 
 

@@ -46,7 +46,7 @@ test('every function Handler resolves to a callable in the Lambda asset (contrac
   );
   const handlers = functions.map((fn) => String(fn.Properties.Handler));
   expect(handlers.sort()).toEqual(DEFAULT_STACK_MODULES.map(handlerOf).sort());
-  expect(handlers).toHaveLength(14);
+  expect(handlers).toHaveLength(17); // issue #10: + resolve_batch, summarize_batch, sweep
   // The union of every function's environment (start_from_tag adds STATE_MACHINE_ARN).
   const environment = plainEnvironment(
     Object.assign({}, ...functions.map((fn) => fn.Properties.Environment.Variables)),

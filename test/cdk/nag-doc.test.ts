@@ -25,6 +25,8 @@ const WHERE: [string, RegExp, RegExp][] = [
   ['source block lists bucket', /^Nag\/SourceBlocksBucket\//, /./],
   ['task functions, `start_from_tag`', /^Nag\/(Tasks\/\w+|Triggers\/StartFromTag)$/, /^L1$/],
   ['state machine roles', /^Nag\/(Workflow|Cleanup)\/StateMachine$/, /./],
+  ['batch state machine role', /^Nag\/Batch\/StateMachine$/, /./],
+  ['batch results bucket', /^Nag\/BatchResultsBucket\//, /./],
   ['`start_from_tag` role', /^Nag\/Triggers\/StartFromTagRole$/, /./],
   ['pipeline policy', /^Nag\/StartCompactionsPolicy$/, /./],
   ['dead-letter queue', /^Nag\/Triggers\/DeadLetters$/, /./],
@@ -42,7 +44,9 @@ function finding(detail: string): string {
     .replace(/^arn:<AWS::Partition>:iam::aws:policy\/(service-role\/)?/, '')
     .replace(/^arn:<AWS::Partition>:[a-z0-9-]+:(<AWS::Region>)?:(<AWS::AccountId>)?:/, '')
     .replace(/<Tasks\w+\.Arn>/g, '<function.Arn>')
-    .replace(/<(\w+?)[0-9A-F]{8}\.(\w+)>/g, '<$1.$2>');
+    .replace(/\{"Fn::Select":\[6,\{"Fn::Split":\[":",\{"Ref":"(\w+?)[0-9A-F]{8}"\}\]\}\]\}/g, '<$1.Name>')
+    .replace(/<(\w+?)[0-9A-F]{8}\.(\w+)>/g, '<$1.$2>')
+    .replace(/<(\w+?)[0-9A-F]{8}>/g, '<$1>');
 }
 
 /** `where | RULE finding` for each acknowledgement recorded on the constructs of a stack built with `context`. */
@@ -99,6 +103,15 @@ describe('docs/deploy.md "cdk-nag acknowledgements" is what the stack acknowledg
     ).toBe('execution:<WorkflowStateMachine.Name>:*');
     expect(finding('Resource::<TasksTeardown516A8F72.Arn>:*')).toBe('<function.Arn>:*');
     expect(finding('Action::kms:ReEncrypt*')).toBe('kms:ReEncrypt*');
+    // CDK's grants cut a state machine's name from its ARN; the bucket's own ARN by name
+    expect(
+      finding(
+        'Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"BatchStateMachineA1FF2995"}]}]}/*:*',
+      ),
+    ).toBe('execution:<BatchStateMachine.Name>/*:*');
+    expect(finding('Resource::arn:<AWS::Partition>:s3:::<BatchResultsBucketD16A3323>/*')).toBe(
+      '<BatchResultsBucket>/*',
+    );
     expect(finding('Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::image/*')).toBe('image/*');
   });
 });

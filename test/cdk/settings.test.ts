@@ -47,6 +47,7 @@ describe('settings', () => {
       kmsKeyArns: undefined,
       powertoolsLayerArn: undefined,
       logRetentionDays: 90,
+      batchResultRetentionDays: 30,
       alarmEmail: undefined,
       sweepIntervalMinutes: 60,
       sweepGraceMinutes: 60,

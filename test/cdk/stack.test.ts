@@ -63,9 +63,7 @@ function isWorkflowFunction(fn: ReturnType<Template['toJSON']>): boolean {
 function workflowFunctionsTemplate(template: Template): Template {
   const functions = compactorFunctions(template);
   return Template.fromJSON({
-    Resources: Object.fromEntries(
-      Object.entries(functions).filter(([, fn]) => isWorkflowFunction(fn)),
-    ),
+    Resources: Object.fromEntries(Object.entries(functions).filter(([, fn]) => isWorkflowFunction(fn))),
   });
 }
 
@@ -104,6 +102,7 @@ describe('default stack', () => {
       STATE_MACHINE_TIMEOUT_MINUTES: '2880',
       COMPACTION_POLL_SECONDS: '120',
       SOURCE_BLOCKS_BUCKET: { Ref: Match.stringLikeRegexp('^SourceBlocksBucket') },
+      BATCH_RESULTS_BUCKET: { Ref: Match.stringLikeRegexp('^BatchResultsBucket') },
       ALLOW_ON_DEMAND: 'true',
       SOURCE_VOLUME_IOPS: '16000',
       SOURCE_VOLUME_THROUGHPUT: '1000',
@@ -302,8 +301,9 @@ describe('default stack', () => {
   });
 
   test('block lists: ebs:ListSnapshotBlocks on any snapshot, the keys only through EBS, S3 only in the stack bucket', () => {
-    const [bucketId] = Object.keys(template.findResources('AWS::S3::Bucket'));
-    expect(bucketId).toMatch(/^SourceBlocksBucket/);
+    const bucketId = Object.keys(template.findResources('AWS::S3::Bucket')).find((id) =>
+      id.startsWith('SourceBlocksBucket'),
+    )!;
     // the only EBS direct API granted: metadata, never data
     const ebs = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('ebs:')));
     expect(ebs.map(actionsOf)).toEqual([['ebs:ListSnapshotBlocks']]);
@@ -323,7 +323,11 @@ describe('default stack', () => {
     expect(actionsOf(kms[1])).toEqual(['kms:Decrypt']);
     expect(kms[1].Resource).toEqual(kms[0].Resource);
     // objects of the stack's bucket (any key: execution names are not known before), listing that bucket
-    const s3 = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('s3:')));
+    // (the batch results bucket's statements: test/cdk/batch-workflow.test.ts)
+    const s3 = taskStatements.filter(
+      (s) =>
+        actionsOf(s).some((a) => a.startsWith('s3:')) && !JSON.stringify(s.Resource).includes('BatchResults'),
+    );
     expect(s3.map((s) => [actionsOf(s).sort(), s.Resource, s.Condition])).toEqual([
       [
         ['s3:DeleteObject', 's3:GetObject', 's3:PutObject'],
@@ -335,9 +339,13 @@ describe('default stack', () => {
   });
 
   test('the block-list bucket: SSE-S3, no public access, TLS only, expires past the longest execution, goes with the stack', () => {
+    // the other bucket is the batch results' (test/cdk/batch-workflow.test.ts)
     const buckets = Object.entries(template.findResources('AWS::S3::Bucket'));
-    expect(buckets).toHaveLength(1);
-    const [id, bucket] = buckets[0];
+    expect(buckets.map(([id]) => id.replace(/[0-9A-F]{8}$/, '')).sort()).toEqual([
+      'BatchResultsBucket',
+      'SourceBlocksBucket',
+    ]);
+    const [id, bucket] = buckets.find(([bucketId]) => bucketId.startsWith('SourceBlocksBucket'))!;
     expect(bucket.DeletionPolicy).toBe('Delete');
     expect(bucket.Properties).toMatchObject({
       BucketEncryption: {
@@ -577,8 +585,8 @@ describe('default stack', () => {
 
   test('log groups have a retention; the state machine logs ALL with execution data and traces', () => {
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 90 });
-    // Both state machines: the compaction workflow and the cleanup.
-    template.resourceCountIs('AWS::StepFunctions::StateMachine', 2);
+    // The compaction workflow, the cleanup and the batch.
+    template.resourceCountIs('AWS::StepFunctions::StateMachine', 3);
     template.allResourcesProperties('AWS::StepFunctions::StateMachine', {
       StateMachineType: 'STANDARD',
       TracingConfiguration: { Enabled: true },

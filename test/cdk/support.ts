@@ -42,14 +42,15 @@ export const FUNCTION_ARN_PREFIX = 'arn:aws:lambda:us-east-1:111122223333:functi
 /**
  * A state machine's definition as Step Functions sees it, with each function ARN token replaced by
  * FUNCTION_ARN_PREFIX + the function's logical id (what the twin does with real ARNs). `which` is the
- * construct: `Workflow` (the compaction workflow) or `Cleanup` (the cleanup after a failed execution).
+ * construct: `Workflow` (the compaction workflow), `Cleanup` (the cleanup after a failed execution) or `Batch`.
+ * Other references: `{"Ref": "AWS::Partition"}` → `aws`, `{"Ref": id}` → `REF(id)`.
  */
 export function stateMachineDefinition(
   template: Template,
-  which: 'Workflow' | 'Cleanup' = 'Workflow',
+  which: 'Workflow' | 'Cleanup' | 'Batch' = 'Workflow',
 ): AslDefinition {
   const all = template.findResources('AWS::StepFunctions::StateMachine');
-  expect(Object.keys(all)).toHaveLength(2);
+  expect(Object.keys(all)).toHaveLength(3);
   const machines = Object.entries(all)
     .filter(([id]) => id.startsWith(`${which}StateMachine`))
     .map(([, machine]) => machine);
@@ -61,6 +62,9 @@ export function stateMachineDefinition(
       if (typeof part === 'string') return part;
       const getAtt = (part as { 'Fn::GetAtt'?: [string, string] })['Fn::GetAtt'];
       if (getAtt && getAtt[1] === 'Arn') return `${FUNCTION_ARN_PREFIX}${getAtt[0]}`;
+      const ref = (part as { Ref?: string }).Ref;
+      if (ref === 'AWS::Partition') return 'aws';
+      if (ref) return `REF(${ref})`;
       throw new Error(`unexpected token in the definition: ${JSON.stringify(part)}`);
     })
     .join('');

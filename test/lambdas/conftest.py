@@ -19,6 +19,7 @@ STACK = "compactor-test"
 EXECUTION = "exec-1"
 TRIGGER_TAG = "compact"
 BUCKET = "compactor-test-source-blocks"
+BATCH_BUCKET = "compactor-test-batch-results"
 DOCUMENT = "compactor-test-CompactVolumes"
 DOCUMENT_YAML = """
 schemaVersion: '2.2'
@@ -151,6 +152,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         )
         kms_key_arn = aws.kms().create_key()["KeyMetadata"]["Arn"]
         aws.s3().create_bucket(Bucket=BUCKET)
+        aws.s3().create_bucket(Bucket=BATCH_BUCKET)
         env = {
             "STACK_NAME": STACK,
             "SUBNET_IDS": ",".join(subnets),
@@ -172,6 +174,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
             "COMPACTION_POLL_SECONDS": "120",
             "SOURCE_BLOCKS_BUCKET": BUCKET,
+            "BATCH_RESULTS_BUCKET": BATCH_BUCKET,
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)

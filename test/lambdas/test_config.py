@@ -27,6 +27,7 @@ VALID = {
     "STATE_MACHINE_TIMEOUT_MINUTES": "2880",
     "COMPACTION_POLL_SECONDS": "120",
     "SOURCE_BLOCKS_BUCKET": "compactor-sourceblocksbucket-0123",
+    "BATCH_RESULTS_BUCKET": "compactor-batchresultsbucket-0123",
 }
 
 
@@ -40,6 +41,7 @@ def test_reads_every_variable() -> None:
     assert config.max_volume_gib == 2048
     assert config.max_launch_attempts == 3
     assert config.source_blocks_bucket == "compactor-sourceblocksbucket-0123"
+    assert config.batch_results_bucket == "compactor-batchresultsbucket-0123"
     assert (config.root_device_name, config.root_volume_gib) == ("/dev/xvda", 8)
     assert config.architecture == "arm64"
     assert (config.state_machine_timeout_minutes, config.compaction_poll_seconds) == (2880, 120)
@@ -96,6 +98,7 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("COMPACTION_POLL_SECONDS", "3601", "5-3600"),
         ("COMPACTION_POLL_SECONDS", "", "missing or empty"),
         ("SOURCE_BLOCKS_BUCKET", "", "missing or empty"),
+        ("BATCH_RESULTS_BUCKET", "", "missing or empty"),
     ],
 )
 def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:

@@ -85,11 +85,21 @@ def test_a_whole_float_is_a_job_count() -> None:
         ({"tags": {f"{tags.PREFIX}x": "1"}}, "are reserved"),
         ({"kmsKeyId": 5}, "kmsKeyId 5 is invalid"),
         ({"imageId": "ami-0123456789abcdef0"}, "both were given"),
+        ({"AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": "me"}, "set by Step Functions"),
     ],
 )
 def test_refusals_say_what_is_wrong(extra: dict[str, Any], complaint: str) -> None:
     with pytest.raises(errors.InvalidInput, match=complaint):
         parse({"snapshotId": SNAPSHOT, **extra})
+
+
+def test_a_child_of_the_batch_state_machine_is_accepted() -> None:
+    """The batch Map's Compact/Estimate tasks merge the link to their iteration into the input."""
+    iteration = (
+        "arn:aws:states:us-east-1:123456789012:execution:Compactor-Batch/Compact each item:0a1b"
+    )
+    raw = {"snapshotId": SNAPSHOT, "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID": iteration}
+    assert parse(raw) == parse({"snapshotId": SNAPSHOT})
 
 
 def test_every_input_key_has_its_own_words() -> None:

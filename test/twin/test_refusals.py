@@ -60,6 +60,7 @@ def config(emu: Emulator, compactor_modules: Any) -> Any:
             "MAX_VOLUME_GIB": "16384",
             "DOCUMENT_NAME": "twin-refusals-CompactVolumes",
             "SOURCE_BLOCKS_BUCKET": "twin-refusals-sourceblocks",
+            "BATCH_RESULTS_BUCKET": "twin-refusals-batchresults",
             "COMMAND_LOG_GROUP": "/twin-refusals/commands",
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": "compact",
