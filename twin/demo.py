@@ -178,9 +178,10 @@ def _block_lists(report: dict[str, Any]) -> list[str]:
         elif volume.get("heldBlocks") is None:
             continue
         else:
-            held = (
-                f"{volume['heldBlocks']} blocks held (ListSnapshotBlocks), "
-                f"{volume.get('heldBlocksRead')} of them read"
+            held = f"{volume['heldBlocks']} blocks held (ListSnapshotBlocks)" + (
+                f", {volume['heldBlocksRead']} of them read"
+                if volume.get("heldBlocksRead") is not None
+                else ""  # a dry run reads metadata only and does not count it
             )
         lines.append(f"  block list       volume {volume['index']}: {held}")
     return lines
