@@ -294,6 +294,19 @@ export class CompactorStack extends Stack {
           resources: [this.executionsOf(batchStateMachine)],
         }),
         new iam.PolicyStatement({
+          sid: 'CountABatchsItems',
+          // the Map Run of a batch (its ARN is in the execution history's MapRunStarted event): item counts
+          actions: ['states:DescribeMapRun'],
+          resources: [
+            this.formatArn({
+              service: 'states',
+              resource: 'mapRun',
+              resourceName: `${batchStateMachineName(this.settings.stackName)}/*`,
+              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+            }),
+          ],
+        }),
+        new iam.PolicyStatement({
           sid: 'ReadBatchResults',
           actions: ['s3:GetObject'],
           resources: [resultsBucket.arnForObjects(`${BATCH_RESULTS_PREFIX}/*`)],

@@ -318,6 +318,12 @@ function batchReaderAcknowledgements(
     },
     {
       on: t.pipelinePolicy,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:mapRun:${batchStateMachineName(Stack.of(batch).stackName)}/*]`,
+      reason:
+        "DescribeMapRun of a batch's Map Run (item counts for `ebs-compactor batch --wait`): ids Step Functions picks.",
+    },
+    {
+      on: t.pipelinePolicy,
       rule: batchObjects,
       reason:
         'A pipeline reads the reports and result files of the batches it started; ids unknown in advance.',

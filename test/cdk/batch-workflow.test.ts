@@ -296,6 +296,10 @@ describe('batch IAM', () => {
     expect(JSON.stringify(bySid.WatchAndStopBatches.Resource)).toMatch(
       /:execution:.*BatchStateMachine.*Name.*:\*/,
     );
+    expect(actionsOf(bySid.CountABatchsItems)).toEqual(['states:DescribeMapRun']);
+    expect(JSON.stringify(bySid.CountABatchsItems.Resource)).toMatch(
+      /:mapRun:EbsSnapshotCompactor-Batch\/\*"/,
+    );
     expect(actionsOf(bySid.ReadBatchResults)).toEqual(['s3:GetObject']);
     expect(JSON.stringify(bySid.ReadBatchResults.Resource)).toMatch(/BatchResultsBucket.*\/batches\/\*/);
     expect(JSON.stringify(bySid.FindTheStateMachines.Resource)).toMatch(/BatchStateMachineArnParameter/);
