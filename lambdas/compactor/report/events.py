@@ -9,6 +9,8 @@ routes it like any other."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from compactor import aws
 from compactor.models import Report
@@ -16,6 +18,8 @@ from compactor.models import Report
 SOURCE = "ebs-snapshot-compactor"
 SUCCEEDED = "EBS Snapshot Compaction Succeeded"
 FAILED = "EBS Snapshot Compaction Failed"
+# the batch state machine's completion event (compactor/batch/report.py, whatever its outcome)
+BATCH_COMPLETED = "EBS Snapshot Compaction Batch Completed"
 
 
 class PublishFailed(RuntimeError):
@@ -28,12 +32,18 @@ def detail_type(report: Report) -> str:
 
 def publish(report: Report, event_bus_name: str) -> str:
     """Put the completion event; returns its event id, raises PublishFailed if not accepted."""
+    return put(detail_type(report), report, event_bus_name)
+
+
+def put(type_name: str, detail: Mapping[str, Any], event_bus_name: str) -> str:
+    """Put one event of this project's source (the batch's completion event uses it too);
+    returns its event id, raises PublishFailed if not accepted."""
     response = aws.events().put_events(
         Entries=[
             {
                 "Source": SOURCE,
-                "DetailType": detail_type(report),
-                "Detail": json.dumps(report),
+                "DetailType": type_name,
+                "Detail": json.dumps(detail),
                 "EventBusName": event_bus_name,
             }
         ]
