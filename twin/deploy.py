@@ -145,12 +145,21 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     _deploy_launch_templates(emu, d, r, template)
     _deploy_logs_and_documents(emu, d, r, template)
     _register_functions(d, r, template, cdk_out)
-    for res in resources_of(template, "AWS::StepFunctions::StateMachine").values():
-        d.definition = resolved_definition(r, res["Properties"])
+    main = _main_logical_id(template)
+    for logical, res in resources_of(template, "AWS::StepFunctions::StateMachine").items():
+        if main in (None, logical):  # the main workflow's (the only one's, or else the last one's)
+            d.definition = resolved_definition(r, res["Properties"])
     _register_rules(d, r, template)
     if not d.definition:
         raise TemplateError("the template has no AWS::StepFunctions::StateMachine")
     return d
+
+
+def _main_logical_id(template: dict[str, Any]) -> str | None:
+    """The main workflow's logical id: the one the StateMachineArn output refers to (the template
+    also has the cleanup and batch workflows); None without that output."""
+    value = template.get("Outputs", {}).get("StateMachineArn", {}).get("Value")
+    return value.get("Ref") if isinstance(value, dict) else None
 
 
 def _name_resources(d: Deployment, template: dict[str, Any]) -> None:
@@ -165,7 +174,8 @@ def _name_resources(d: Deployment, template: dict[str, Any]) -> None:
         name = res["Properties"].get("StateMachineName") or f"{stack_name}-{logical}"
         d.physical[logical] = f"arn:aws:states:{d.region}:{d.account}:stateMachine:{name}"
         d.arns[logical] = d.physical[logical]
-        d.state_machine_arn, d.state_machine_name = d.physical[logical], name
+        if _main_logical_id(template) in (None, logical):
+            d.state_machine_arn, d.state_machine_name = d.physical[logical], name
     for logical in resources_of(template, "AWS::S3::Bucket"):
         name = template["Resources"][logical].get("Properties", {}).get("BucketName")
         name = name if isinstance(name, str) else bucket_name(stack_name, logical)
