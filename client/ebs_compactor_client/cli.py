@@ -6,7 +6,8 @@ Exit codes (EXIT_CODES; docs/client.md lists them):
 1 the execution FAILED; 2 bad usage or input (nothing started); 3 TIMED_OUT; 4 ABORTED;
 5 an AWS call of the client failed (credentials, permissions, parameter not found);
 6 the execution SUCCEEDED but its outcome is not good (a batch with failed items: partial/failed,
-  or a report outcome `failure`); 7 --timeout passed while the execution still runs.
+  or a report outcome `failure`); 7 --timeout passed while the execution still runs; 130 Ctrl-C
+  stopped the wait (the execution goes on).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ EXIT_CODES = {
     "AWS": 5,
     "BAD_OUTCOME": 6,
     "WAIT_TIMEOUT": 7,
+    "INTERRUPTED": 130,
 }
 STACK_ENV = "EBS_COMPACTOR_STACK"
 
@@ -335,6 +337,8 @@ def _start_and_follow(
         described = _aws(waiter.wait)
     except TimeoutError:
         _fail(f"still RUNNING after {run['timeout']:.0f} s: {execution_arn}", "WAIT_TIMEOUT")
+    except KeyboardInterrupt:  # Ctrl-C stops the wait, not the execution
+        _fail(f"stopped waiting; the execution goes on: {execution_arn}", "INTERRUPTED")
     if run["as_json"] and described.get("output"):
         click.echo(json.dumps(output_of(described), indent=1, sort_keys=True))
     click.echo(_summary(described), err=run["as_json"])

@@ -287,3 +287,17 @@ def test_no_region_exits_5_with_the_sdks_message(monkeypatch: pytest.MonkeyPatch
     )
     assert result.exit_code == 5, result.output
     assert "You must specify a region" in result.output
+
+
+def test_ctrl_c_stops_the_wait_not_the_execution(
+    sfn: FakeSfn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sfn.steps = [("RUNNING", [], {})]
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", interrupt)
+    result = run("start", "--snapshot", SNAP, "--wait")
+    assert result.exit_code == 130
+    assert f"stopped waiting; the execution goes on: {EXECUTION}" in result.output
