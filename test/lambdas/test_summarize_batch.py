@@ -140,7 +140,15 @@ def mixed_results(batch: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "Name": two["childName"] + "-dry",
         "Status": "FAILED",
         "Error": "SnapshotNotFound",
-        "Cause": f"snapshot {two['id']} not found in us-east-1: check the id",
+        # the child's Fail passes the Lambda's error JSON on as its cause
+        "Cause": json.dumps(
+            {
+                "errorMessage": f"snapshot {two['id']} not found in us-east-1: check the id",
+                "errorType": "SnapshotNotFound",
+                "requestId": "0c7f",
+                "stackTrace": ['  File "/var/task/compactor/planning.py", line 40'],
+            }
+        ),
     }
     skipped = dict(three, estimated=ran(three, estimate(5), t0, t1), skipped=True)
     warned = dict(
@@ -209,7 +217,7 @@ def test_succeeded_failed_and_skipped_items_are_reported(
     assert done["newSnapshotIds"] == ["snap-0fedcba987654320"]
     missing = by_id[SNAPS[1]]
     assert (missing["outcome"], missing["error"]) == ("failed", "SnapshotNotFound")
-    assert missing["cause"].startswith(f"snapshot {SNAPS[1]} not found")
+    assert missing["cause"] == f"snapshot {SNAPS[1]} not found in us-east-1: check the id"
     assert missing["executionArn"].endswith("-dry")
     assert missing["storedBytesBefore"] is None and missing["bytesSaved"] is None
     skipped = by_id[SNAPS[2]]

@@ -138,7 +138,18 @@ def _failed(out: dict[str, Any], entry: Mapping[str, Any], status: str) -> None:
             error, cause = child_error, child.get("Cause") or child.get("cause")
         out["executionArn"] = child.get("ExecutionArn") or child.get("executionArn")
     out["error"] = str(error or f"States.{status.title().replace('_', '')}")
-    out["cause"] = str(cause) if cause is not None else None
+    out["cause"] = _message(cause)
+
+
+def _message(cause: Any) -> str | None:
+    """A Lambda error's message (a task's Cause is its JSON {errorMessage, errorType, ...},
+    which the child's Fail state passes on as it is); any other cause as it is."""
+    if cause is None:
+        return None
+    lambda_error = parsed(cause)
+    if isinstance(lambda_error, Mapping) and isinstance(lambda_error.get("errorMessage"), str):
+        return str(lambda_error["errorMessage"])
+    return str(cause)
 
 
 def _seconds(start: Any, stop: Any) -> float | None:
