@@ -373,3 +373,16 @@ def test_the_summary_lists_at_most_twenty_failed_items_with_short_causes() -> No
 def test_a_payload_without_the_batch_is_refused(world: World) -> None:
     with pytest.raises(InvalidInput, match="no batch"):
         summarize_batch.handler({"executionName": BATCH, "map": {}}, world.context)
+
+
+@pytest.mark.parametrize(
+    ("status", "error"), [("TIMED_OUT", "States.Timeout"), ("ABORTED", "ExecutionAborted")]
+)
+def test_a_child_that_timed_out_or_was_stopped_is_named_so(status: str, error: str) -> None:
+    item = {"id": SNAPS[0], "kind": "snapshot", "childName": "n"}
+    child = {"ExecutionArn": child_arn("n"), "Name": "n", "Status": status}
+    failed = entry(item, "FAILED", "", "", Error="States.TaskFailed", Cause=json.dumps(child))
+    reported = batch_report._item(item, failed, None)
+    assert (reported["outcome"], reported["error"]) == ("failed", error)
+    assert reported["cause"] == f"the child execution ended {status}"
+    assert reported["executionArn"] == child_arn("n")

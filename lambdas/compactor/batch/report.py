@@ -19,6 +19,8 @@ BLOCK_BYTES = 512 * 1024
 # failed items listed in the summary (the report has all of them)
 SUMMARY_FAILED_ITEMS = 20
 SUMMARY_CAUSE_CHARS = 500
+# a child that ended without an error of its own (timed out, stopped)
+CHILD_END_ERRORS = {"TIMED_OUT": "States.Timeout", "ABORTED": "ExecutionAborted"}
 OUTCOME_BY_CHILD = {
     "success": "succeeded",
     "succeeded-with-warnings": "succeeded-with-warnings",
@@ -134,8 +136,12 @@ def _failed(out: dict[str, Any], entry: Mapping[str, Any], status: str) -> None:
     child = parsed(cause)
     if isinstance(child, Mapping):
         child_error = child.get("Error") or child.get("error")
+        child_status = str(child.get("Status") or child.get("status") or "")
         if child_error:
             error, cause = child_error, child.get("Cause") or child.get("cause")
+        elif child_status in CHILD_END_ERRORS:
+            error = CHILD_END_ERRORS[child_status]
+            cause = f"the child execution ended {child_status}"
         out["executionArn"] = child.get("ExecutionArn") or child.get("executionArn")
     out["error"] = str(error or f"States.{status.title().replace('_', '')}")
     out["cause"] = _message(cause)
