@@ -1,7 +1,8 @@
 """The sweeper in the twin: an execution aborted in the middle, with no cleanup path run after it
 (as if the cleanup rule's delivery was lost), leaves its transfer instance and volumes; the
 deployed sweep function keeps them within the grace period, and the sweeper run past the grace
-period removes them: nothing leaks."""
+period removes them: nothing leaks. Every call the sweeper made (as the sweep function, through the
+emulator's IAM recorder) is allowed by the synthesized sweep role, and removing a grant is caught."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from twin.emulator.faults import Faults, parse
 from twin.emulator.server import Emulator
 from twin.execution import invoke_function
 from twin.facts import facts
+from twin.iam import check as iam_check
+from twin.iam.recorder import CALLER_HEADER
 from twin.options import Options
 from twin.starts import start_api
 
@@ -57,7 +60,7 @@ def test_resources_of_an_aborted_execution_are_swept(
         assert facts(emu, result, ctx.registered.image_id).leaks == left
 
         # past the grace period: the same code with the function's environment, its clock moved on
-        swept = _sweep_later(emu, ctx.d.functions[sweep_arn].env, monkeypatch, hours=3)
+        swept = _sweep_later(emu, ctx.d.functions[sweep_arn], monkeypatch, hours=3)
         (entry,) = swept["executions"]
         assert (entry["action"], entry["teardownOutcome"]) == ("sweep", "cleanup")
         assert {r["type"] for r in entry["removed"]} >= {"instance", "volume"}
@@ -65,18 +68,42 @@ def test_resources_of_an_aborted_execution_are_swept(
         for _ in range(5):
             if not swept["remaining"]:
                 break
-            swept = _sweep_later(emu, ctx.d.functions[sweep_arn].env, monkeypatch, hours=3)
+            swept = _sweep_later(emu, ctx.d.functions[sweep_arn], monkeypatch, hours=3)
         assert facts(emu, result, ctx.registered.image_id).leaks == []
+        # and every call of the sweep function (Describe*, DescribeExecution, the teardown's
+        # TerminateInstances/DeleteVolume with the stack tag, the bucket) is allowed by its role
+        sweep_name = ctx.d.functions[sweep_arn].name
+        calls = [c for c in iam_check.load_calls(emu.calls_path) if c["caller"] == sweep_name]
+        actions = {f"{c['service']}:{c['action']}" for c in calls}
+        assert {"ec2:DescribeInstances", "states:DescribeExecution", "ec2:TerminateInstances",
+                "ec2:DeleteVolume", "s3:DeleteObjects"} <= actions, sorted(actions)  # fmt: skip
+        denials = iam_check.check_calls(emu.calls_path, ctx.d, cdk_out=cdk_out)
+        assert denials == [], "\n".join(map(str, denials))
+        # the check can fail: without DescribeExecution and DeleteVolume the sweep role is denied
+        for removed in ("states:DescribeExecution", "ec2:DeleteVolume"):
+            denied = iam_check.check_calls(
+                emu.calls_path, ctx.d, cdk_out=cdk_out,
+                edit_policies=iam_check.without_action(removed),
+            )  # fmt: skip
+            assert {(d.caller, d.action) for d in denied} >= {(sweep_name, removed)}, denied
 
 
 def _sweep_later(
-    emu: Emulator, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, hours: float
+    emu: Emulator, function: Any, monkeypatch: pytest.MonkeyPatch, hours: float
 ) -> Any:
+    """sweeper.sweep with the function's environment and identity: every request carries the
+    X-Twin-Caller header of the sweep function, so the IAM check judges it by the sweep role."""
     from compactor import aws, sweeper
 
-    for name, value in {**env, **emu.client_env()}.items():
+    for name, value in {**function.env, **emu.client_env()}.items():
         monkeypatch.setenv(name, value)
     aws.reset_clients()
+
+    def as_the_function(request: Any, **_: Any) -> None:
+        request.headers[CALLER_HEADER] = function.name
+
+    for client in (aws.ec2(), aws.sfn(), aws.s3(), aws.events()):
+        client.meta.events.register("request-created", as_the_function)
     try:
         return sweeper.sweep(
             sweeper.SweepConfig.from_env(os.environ), datetime.now(UTC) + timedelta(hours=hours)
