@@ -386,3 +386,28 @@ def test_a_child_that_timed_out_or_was_stopped_is_named_so(status: str, error: s
     assert (reported["outcome"], reported["error"]) == ("failed", error)
     assert reported["cause"] == f"the child execution ended {status}"
     assert reported["executionArn"] == child_arn("n")
+
+
+def test_results_spread_over_several_files_are_all_read(
+    world: World, batch: dict[str, Any]
+) -> None:
+    """A large map run writes more than one file per status (SUCCEEDED_0, SUCCEEDED_1, ...)."""
+    t0, t1 = "2026-11-23T01:00:00Z", "2026-11-23T01:00:30Z"
+    s3, prefix = aws.s3(), f"batches/{MAP_RUN_ID}"
+    listed = []
+    for index, item in enumerate(batch["items"]):
+        state = dict(item, compacted=ran(item, child_report("success", []), t0, t1))
+        body = json.dumps([entry(item, "SUCCEEDED", t0, t1, Output=json.dumps(state))]).encode()
+        key = f"{prefix}/SUCCEEDED_{index}.json"
+        s3.put_object(Bucket=RESULTS_BUCKET, Key=key, Body=body)
+        listed.append({"Key": key, "Size": len(body)})
+    manifest = {
+        "DestinationBucket": RESULTS_BUCKET,
+        "MapRunArn": MAP_RUN_ARN,
+        "ResultFiles": {"FAILED": [], "PENDING": [], "SUCCEEDED": listed},
+    }
+    s3.put_object(Bucket=RESULTS_BUCKET, Key=f"{prefix}/manifest.json", Body=json.dumps(manifest))
+    details = {"Bucket": RESULTS_BUCKET, "Key": f"{prefix}/manifest.json"}
+    map_output = {"MapRunArn": MAP_RUN_ARN, "ResultWriterDetails": details}
+    summary = summarize(world, batch, map=map_output)
+    assert summary["totals"]["succeeded"] == 5 and summary["outcome"] == "succeeded"
