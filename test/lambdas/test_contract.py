@@ -125,8 +125,8 @@ def test_every_key_goes_to_a_function_that_reads_it() -> None:
     readers = {
         "workflow": {"Config", "Powertools"},
         "start_from_tag": {"TriggerConfig", "Powertools"},
-        "sweep": {"SweepConfig", "Powertools"},
         "start_from_image_builder": {"ImageBuilderConfig", "Powertools"},
+        "sweep": {"SweepConfig", "Powertools"},
     }
     for variable in contract.variables():
         read_by = {r.strip() for r in variable["readBy"].split(",")}
