@@ -10,7 +10,7 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.amis import Ami
 from moto.ec2.responses.amis import AmisResponse
 
-from . import patching
+from . import ami_attributes, patching
 
 _orig: dict[str, Any] = {}
 
@@ -76,6 +76,7 @@ def _register_image(self: AmisResponse) -> ActionResult:
         if key in params:
             params[key] = str(params[key]).lower() == "true"
     image = register_full_image(self.ec2_backend, params)
+    ami_attributes.mark_pending(image)  # EC2: pending for a moment, then available
     tags = self._parse_tag_specification().get("image", {})
     image.add_tags(tags)
     return ActionResult({"ImageId": image.id})
@@ -98,3 +99,4 @@ def install() -> None:
             "register_image": (AmisResponse, "register_image", _register_image),
         },
     )
+    ami_attributes.install()
