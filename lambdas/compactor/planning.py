@@ -61,8 +61,8 @@ def plan(
         fast_snapshot_restore.check_sizes({v["sourceSnapshotId"]: v["sizeGiB"] for v in volumes})
         fast_snapshot_restore.check_limit(len(volumes))
     # while a source is pending its whole volume counts, an upper bound: the size refusals wait
-    # for the plan of completed sources, which counts what they hold; a dry run is never refused
-    size = sizing.plan(bytes_to_copy, request.verify, config, not (pending or request.dry_run))
+    # for the plan of completed sources, which counts what they hold (a dry run: sizing.plan)
+    size = sizing.plan(bytes_to_copy, request.verify, config, not pending, request.dry_run)
     if not pending:
         _check_restore_expiry(sources, size.budget_seconds)
     return {

@@ -121,9 +121,13 @@ def poll(budget: int, config: Config) -> CompactionPoll:
     return {"intervalSeconds": interval, "maxAttempts": max(1, math.ceil(budget / interval))}
 
 
-def plan(bytes_to_copy: int, verify: bool, config: Config, refuse: bool = True) -> Sizing:
+def plan(
+    bytes_to_copy: int, verify: bool, config: Config, refuse: bool = True, dry_run: bool = False
+) -> Sizing:
     """Instance types and compaction bound for the job; JobTooLarge when it cannot fit, unless
-    refuse is false (a plan of pending sources, whose bytes are only an upper bound)."""
+    refuse is false (a plan of pending sources, whose bytes are only an upper bound). A dry run
+    is never refused and launches the smallest types (it reads metadata only; without the
+    INSTANCE_TYPES setting): its bound stays the copy's, a safe one for the metadata reads."""
     if config.instance_types:
         # the user's setting wins; its rate is that of its slowest type (unknown: the slowest
         # type of the table, as conservative as it gets without DescribeInstanceTypes)
@@ -135,7 +139,9 @@ def plan(bytes_to_copy: int, verify: bool, config: Config, refuse: bool = True) 
         baseline = size.baseline_mbps(config.architecture)
     budget = budget_seconds(bytes_to_copy, copy_rate(baseline, config), verify)
     available = config.state_machine_timeout_minutes * 60 - OTHER_PHASES_SECONDS
-    if refuse and budget > min(available, DOCUMENT_TIMEOUT_SECONDS):
+    if dry_run and not config.instance_types:
+        types = SIZE_CLASSES[0].types(config.architecture)
+    elif refuse and not dry_run and budget > min(available, DOCUMENT_TIMEOUT_SECONDS):
         if budget > DOCUMENT_TIMEOUT_SECONDS:
             bound = f"the Command document's timeout of {DOCUMENT_TIMEOUT_SECONDS / 3600:.0f} h"
             fix = ""

@@ -102,10 +102,16 @@ def _volume_estimate(
 
 
 def _copy_seconds(to_read: int, plan: Mapping[str, Any], config: Config | None) -> int | None:
+    """At the rate of the types a compaction of these sources would get (a dry run launches the
+    smallest ones: sizing.plan), else of the plan's types."""
+    verify = plan.get("verify") is not False
     types = [t for t in plan.get("instanceTypes") or [] if isinstance(t, str)]
+    copied = _int_or_none(plan.get("bytesToCopy"))
+    if config is not None and copied is not None:
+        types = sizing.plan(copied, verify, config, refuse=False).instance_types
     if config is None or not types:
         return None
-    return sizing.copy_seconds(to_read, types, plan.get("verify") is not False, config)
+    return sizing.copy_seconds(to_read, types, verify, config)
 
 
 def _percent(part: int, whole: int) -> float:
