@@ -6,6 +6,7 @@ schemas by the autouse fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -120,12 +121,41 @@ def test_copy_mode_needs_every_target(world: World) -> None:
         document_parameters(plan, attached, "https://example.com/b")  # type: ignore[arg-type]
 
 
+def test_check_compaction_returns_the_inspect_line_unchanged(world: World) -> None:
+    from compactor.handlers import check_compaction
+    from test_compaction import invocation
+
+    _, attached, _, sent = _dry_run_to_the_command(world, {"snapshotId": world.snapshot()})
+    line = {
+        "mode": "inspect",
+        "volumes": [_inspected(attached["volumes"][0]["sourceVolumeId"], 61, 9)],
+    }
+    invocation("Success", stdout=json.dumps(line) + "\n")
+    instance = {"instanceId": sent[0]["InstanceIds"][0]}
+    command = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
+    result = check_compaction.handler({"instance": instance, "command": command}, world.context)
+    assert (result["done"], result["summary"]) == (True, line)
+
+
 def test_no_snapshot_is_created_of_a_dry_run_pair(world: World) -> None:
     plan, attached, _, _ = _dry_run_to_the_command(world, {"snapshotId": world.snapshot()})
     before = world.inventory()["snapshots"]
     with pytest.raises(errors.InvalidInput, match="no target volume"):
         create_snapshots.handler({"plan": plan, "attached": attached}, world.context)
     assert world.inventory()["snapshots"] == before
+
+
+def test_a_dry_run_launches_the_smallest_types_with_the_bound_of_the_copy(world: World) -> None:
+    config = dataclasses.replace(Config.from_env(), instance_types=())
+    copy = sizing.plan(3 * 1024**4, True, config)
+    dry = sizing.plan(3 * 1024**4, True, config, dry_run=True)
+    assert copy.instance_types[0].endswith(".4xlarge")
+    assert dry.instance_types == list(sizing.SIZE_CLASSES[0].types(config.architecture))
+    assert (dry.compaction_poll, dry.budget_seconds) == (copy.compaction_poll, copy.budget_seconds)
+    # the INSTANCE_TYPES setting wins for a dry run too
+    assert sizing.plan(1, True, Config.from_env(), dry_run=True).instance_types == list(
+        Config.from_env().instance_types
+    )
 
 
 # ---------------------------------------------------------------- the report
@@ -236,6 +266,17 @@ def test_an_ami_dry_run_sums_its_volumes_and_falls_back_to_the_full_size(world: 
     assert total["predictedSavingsBytes"] == 6_999 * BLOCK
     assert total["savingsPercent"] == 70.0  # 6,999 / 10,000
     assert total["copySeconds"] == first["copySeconds"] + second["copySeconds"]  # type: ignore[operator]
+
+
+def test_copy_seconds_are_those_of_the_types_a_compaction_would_get(world: World) -> None:
+    """The dry run ran on the smallest types; the estimate is for the copy's (3 TiB: 4xlarge)."""
+    config = dataclasses.replace(Config.from_env(), instance_types=())
+    state = dry_run_state()
+    state["plan"]["bytesToCopy"] = 3 * 1024**4
+    (volume,) = build(state, world_now(), config)["volumes"]
+    assert volume["estimate"] is not None
+    rate = sizing.copy_rate(sizing.SizeClass("4xlarge", None).baseline_mbps("x86_64"), config)
+    assert volume["estimate"]["copySeconds"] == -(-2 * 700 * 1024**2 // rate)
 
 
 def test_a_prediction_above_what_the_source_stores_saves_nothing(world: World) -> None:
