@@ -2,9 +2,11 @@
 .PHONY: lint-cdk test-cdk synth
 CDK_TS := bin lib test/cdk
 CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc
-# A second synth with a user-supplied VPC, so cfn-lint sees both network variants.
+# A second synth with a user-supplied VPC, so cfn-lint sees both network variants; it also has the
+# Image Builder trigger (off by default), so cdk-nag and cfn-lint see that too.
 CDK_OWN_VPC_OUT := out/cdk-own-vpc
-CDK_OWN_VPC_CONTEXT := -c vpcId=vpc-0123456789abcdef0 -c subnetIds=subnet-0123456789abcdef0,subnet-0fedcba9876543210
+CDK_OWN_VPC_CONTEXT := -c vpcId=vpc-0123456789abcdef0 -c subnetIds=subnet-0123456789abcdef0,subnet-0fedcba9876543210 \
+  -c imageBuilderPipelineArns=arn:aws:imagebuilder:us-east-1:111122223333:image-pipeline/golden-al2023
 
 lint-cdk: setup
 	npx tsc --noEmit -p tsconfig.json
