@@ -301,6 +301,7 @@ class Report(TypedDict):
     newSnapshotIds: list[str]
     notes: list[str]
     dryRun: NotRequired[bool]
+    sharing: NotRequired[SharingResult | None]
     estimate: NotRequired[Estimate | None]
 
 

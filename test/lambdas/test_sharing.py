@@ -282,3 +282,20 @@ def test_the_report_notes_what_copy_sharing_noted_and_could_not_copy() -> None:
         "w",
     ]
     assert build._notes({}, {"image": {"imageId": None, "warnings": []}}) == []
+
+
+def test_the_report_carries_what_was_shared() -> None:
+    from compactor.report import build
+
+    shared = {
+        "launchPermissions": [{"UserId": ACCOUNT_A}],
+        "createVolumePermissions": [],
+        "deprecationTime": None,
+        "sourcePublic": False,
+        "notes": [],
+        "warnings": [],
+    }
+    image = {"imageId": "ami-1", "warnings": [], "sharing": shared}
+    assert build._sharing({"image": image}) == shared
+    assert build._sharing({"image": {"imageId": "ami-1", "warnings": []}}) is None
+    assert build._sharing({}) is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from compactor import contract, sizing, snapshots
 from compactor.config import Config
@@ -19,6 +19,7 @@ from compactor.models import (
     FastSnapshotRestoreState,
     Report,
     ReportOutcome,
+    SharingResult,
     SourceRef,
     VolumeEstimate,
     VolumeReport,
@@ -67,6 +68,7 @@ def build(state: Mapping[str, Any], now: datetime, config: Config | None = None)
         "delivered": _delivered(state, new_ids, new_snapshot_ids, existing),
         "newSnapshotIds": new_snapshot_ids,
         "notes": _notes(plan, state),
+        "sharing": _sharing(state),
         "dryRun": dry_run,
         "estimate": _estimate([v.get("estimate") for v in volumes]) if dry_run else None,
     }
@@ -139,6 +141,12 @@ def _estimate(estimates: list[VolumeEstimate | None]) -> Estimate | None:
         # one volume after the other
         "copySeconds": sum(s for s in seconds if s is not None) if None not in seconds else None,
     }
+
+
+def _sharing(state: Mapping[str, Any]) -> SharingResult | None:
+    """copySharing's result as register_image returned it (None without it, or before it ran)."""
+    sharing = _mapping(state.get("image")).get("sharing")
+    return cast(SharingResult, sharing) if isinstance(sharing, Mapping) else None
 
 
 def _notes(plan: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
