@@ -132,6 +132,10 @@ class Resolver:
         if attr == "Name" and self.resources.get(name, {}).get("Type") == STATE_MACHINE:
             # Ref of a state machine is its ARN; GetAtt Name is the last part of it
             return self.d.arns[name].rsplit(":", 1)[-1]
+        if attr == "Arn" and self.resources.get(name, {}).get("Type") == "AWS::Logs::LogGroup":
+            # CloudFormation's Arn of a log group ends in ":*", so it also names the group's streams
+            group = self.d.physical.get(name, f"/twin/{self.d.stack_name}/{name}")
+            return f"arn:aws:logs:{self.d.region}:{self.d.account}:log-group:{group}:*"
         if name in self.d.physical and attr in ("GroupId", "LogGroupName", "Name"):
             return self.d.physical[name]
         if name in self.d.buckets:

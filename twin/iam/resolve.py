@@ -516,6 +516,15 @@ def _execution_for(action: str) -> Resolver:
 
 RESOLVERS["states:DescribeExecution"] = _execution_for("states:DescribeExecution")
 RESOLVERS["states:StopExecution"] = _execution_for("states:StopExecution")
+RESOLVERS["states:ListMapRuns"] = _execution_for("states:ListMapRuns")
+
+
+@resolver("logs:GetLogEvents")
+def _get_log_events(p: dict[str, Any], s: State) -> list[Context]:
+    """GetLogEvents acts on a log stream (iam-data): the stream's ARN inside its group's."""
+    group = p.get("logGroupName") or p["logGroupIdentifier"].split(":log-group:")[-1]
+    arn = f"arn:aws:logs:{s.region}:{s.account}:log-group:{group}:log-stream:{p['logStreamName']}"
+    return [_ctx("logs:GetLogEvents", "log-stream", arn, s, {})]
 
 
 @resolver("ebs:ListSnapshotBlocks")
