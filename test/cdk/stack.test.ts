@@ -289,7 +289,7 @@ describe('default stack', () => {
       's3:PutBucketPolicy',
       's3:DeleteBucket',
       'kms:Encrypt',
-      'logs:GetLogEvents',
+      // check_compaction reads its progress with logs:GetLogEvents on the command's stream only
       'logs:FilterLogEvents',
       'logs:DescribeLogStreams',
       'ssm:ListCommandInvocations',
