@@ -1,4 +1,5 @@
-"""Command line: ``copy``, ``inspect``, ``device`` and ``job`` (the Command document's run).
+"""Command line: ``copy``, ``inspect``, ``device``, ``job`` (the Command document's run) and
+``put-snapshot`` (an image into a new snapshot through the EBS direct APIs).
 Stdout carries only results."""
 
 import argparse
@@ -14,6 +15,7 @@ from .disk_copy import DEFAULT_JOBS, DEFAULT_SCRATCH, CopyOptions, copy_disk, in
 from .errors import Failure
 from .plan import ALLOCATED, METHODS
 from .progress import log
+from .put_snapshot import PutOptions, put_snapshot
 
 BLOCKS_HELP = (
     "JSON (optionally gzipped) list of the 512 KiB blocks the source's snapshot holds "
@@ -55,6 +57,47 @@ def _add_job(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     run.add_argument("--mode", choices=("copy", "inspect"), default="copy")
 
 
+def _tag(text: str) -> "tuple[str, str]":
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"tag {text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _add_put_snapshot(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    put = sub.add_parser(
+        "put-snapshot",
+        help="write the non-zero 512 KiB blocks of IMAGE as a new snapshot (EBS direct APIs)",
+    )
+    put.add_argument("image", help="image file (sparse) or block device")
+    put.add_argument("--size-gib", type=int, required=True, help="the snapshot's VolumeSize")
+    put.add_argument("--kms-key-arn", help="encrypt with this key (implies --encrypted)")
+    put.add_argument("--encrypted", action="store_true", help="encrypt (default EBS key)")
+    put.add_argument("--tag", type=_tag, action="append", default=[], metavar="K=V")
+    put.add_argument("--description")
+    put.add_argument("--client-token", help="StartSnapshot's idempotency token (default: random)")
+    put.add_argument("--jobs", type=int, default=32, help="puts in flight = connections (1-128)")
+    put.add_argument("--timeout-minutes", type=int, default=60, help="StartSnapshot's Timeout")
+    put.add_argument("--verify", action="store_true", help="read every block back afterwards")
+
+
+def _put_snapshot(args: argparse.Namespace) -> "dict[str, object]":
+    return put_snapshot(
+        PutOptions(
+            args.image,
+            args.size_gib,
+            args.kms_key_arn,
+            args.encrypted,
+            tuple(args.tag),
+            args.description,
+            args.client_token,
+            args.jobs,
+            args.timeout_minutes,
+            args.verify,
+        )
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparsecopy", description="Copy only the live data of a block device."
@@ -68,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     device.add_argument("volume_id")
     device.add_argument("--device-name", help="the /dev/sdX name given at attachment (Xen)")
     _add_job(sub)
+    _add_put_snapshot(sub)
     return parser
 
 
@@ -114,7 +158,10 @@ def main(argv: Optional["list[str]"] = None) -> int:
         if args.command == "device":
             print(find_device(args.volume_id, args.device_name), flush=True)
             return 0
-        result = _copy(args) if args.command == "copy" else _inspect(args)
+        if args.command == "put-snapshot":
+            result = _put_snapshot(args)
+        else:
+            result = _copy(args) if args.command == "copy" else _inspect(args)
     except Failure as exc:
         log(f"error: {exc}")
         return 1

@@ -1,0 +1,451 @@
+"""sparsecopy's EBS direct APIs client against the local stand-in (devkit/ebs_standin.py):
+plain sparse files, no loop devices, no root."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials as BotoCredentials
+from conftest import sparsecopy
+from sparsecopy import credentials, ebs_direct, put_snapshot, sigv4
+from sparsecopy.errors import Failure
+
+from devkit.ebs_standin import StandIn, linear_checksum
+
+BLOCK = 524288
+KEYS = ("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+ENV = {
+    "AWS_ACCESS_KEY_ID": KEYS[0],
+    "AWS_SECRET_ACCESS_KEY": KEYS[1],
+    "AWS_SESSION_TOKEN": "session-token/with+chars=",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@pytest.fixture
+def ebs() -> Iterator[StandIn]:
+    with StandIn(credentials=KEYS) as stand_in:
+        yield stand_in
+
+
+def _client(stand_in: StandIn, attempts: int = 10) -> ebs_direct.Client:
+    policy = ebs_direct.RetryPolicy(attempts=attempts, sleep=lambda _: None)
+    return ebs_direct.Client(
+        stand_in.url, "us-east-1", credentials.CredentialSource(env=ENV), policy=policy
+    )
+
+
+def _image(path: Path, blocks: dict[int, bytes], size: int) -> Path:
+    """A sparse file of ``size`` bytes with ``blocks`` (index -> bytes) written."""
+    with path.open("wb") as f:
+        f.truncate(size)
+        for index, data in blocks.items():
+            f.seek(index * BLOCK)
+            f.write(data)
+    return path
+
+
+def _pattern(index: int, length: int = BLOCK) -> bytes:
+    return (hashlib.sha256(str(index).encode()).digest() * (length // 32 + 1))[:length]
+
+
+# ---------------------------------------------------------------- SigV4
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "headers", "body", "token", "unsigned"),
+    [
+        (
+            "GET",
+            "/snapshots/snap-0123/blocks",
+            [("maxResults", "100"), ("pageToken", "a b/c+=")],
+            {},
+            b"",
+            "tok",
+            False,
+        ),
+        (
+            "GET",
+            "/snapshots/snap-0123/blocks/7",
+            [("blockToken", "AAAB/cd+ef==")],
+            {},
+            b"",
+            None,
+            False,
+        ),
+        (
+            "POST",
+            "/snapshots",
+            [],
+            {"Content-Type": "application/json"},
+            b'{"VolumeSize": 8}',
+            "tok/+=",
+            False,
+        ),
+        (
+            "POST",
+            "/snapshots/completion/snap-0123",
+            [],
+            {
+                "x-amz-ChangedBlocksCount": "3",
+                "x-amz-Checksum": "abc=",
+                "x-amz-Checksum-Algorithm": "SHA256",
+                "x-amz-Checksum-Aggregation-Method": "LINEAR",
+            },
+            b"",
+            "tok",
+            False,
+        ),
+        (
+            "PUT",
+            "/snapshots/snap-0123/blocks/42",
+            [],
+            {
+                "x-amz-Data-Length": "524288",
+                "x-amz-Checksum": "x+y/z=",
+                "x-amz-Checksum-Algorithm": "SHA256",
+                "Content-Type": "application/octet-stream",
+                "User-Agent": "sparsecopy",
+            },
+            b"\1" * 1000,
+            "tok",
+            True,
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "endpoint", ["https://ebs.us-east-1.amazonaws.com", "http://127.0.0.1:8123"]
+)
+def test_sigv4_equals_botocore(
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    headers: dict[str, str],
+    body: bytes,
+    token: str | None,
+    unsigned: bool,
+    endpoint: str,
+) -> None:
+    moment = datetime.datetime(2026, 11, 23, 2, 3, 4)
+    base = dict(headers)
+    if unsigned:
+        base["X-Amz-Content-SHA256"] = sigv4.UNSIGNED_PAYLOAD
+    payload = sigv4.UNSIGNED_PAYLOAD if unsigned else hashlib.sha256(body).hexdigest()
+    ours = sigv4.sign(
+        sigv4.Request(method, endpoint + path, query, base, payload),
+        sigv4.Credentials(*KEYS, token),
+        "us-east-1",
+        "ebs",
+        moment.replace(tzinfo=datetime.UTC),
+    )
+    request = AWSRequest(
+        method=method,
+        url=endpoint + path,
+        headers=dict(headers),
+        data=body,
+        params=query,  # type: ignore[arg-type]
+    )
+    if unsigned:
+        request.context["payload_signing_enabled"] = False  # botocore's v4-unsigned-body
+    with mock.patch("botocore.auth.get_current_datetime", return_value=moment):
+        SigV4Auth(BotoCredentials(*KEYS, token), "ebs", "us-east-1").add_auth(request)
+    theirs = dict(request.headers.items())
+    assert ours["Authorization"] == theirs["Authorization"]
+    assert {k: v for k, v in ours.items() if k != "Host"} == theirs
+    assert ours["Host"] == endpoint.split("://")[1].replace(":443", "")
+
+
+# ---------------------------------------------------------------- credentials
+
+
+class _Imds:
+    """A fake IMDSv2: a token for a PUT, role credentials that expire at ``expires``."""
+
+    def __init__(self) -> None:
+        self.expires = "2026-11-23T03:00:00Z"
+        self.served = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, text: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text.encode())
+
+            def do_PUT(self) -> None:
+                ok = (
+                    self.path == "/latest/api/token"
+                    and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
+                )
+                self._send(200 if ok else 400, "TOKEN")
+
+            def do_GET(self) -> None:
+                if self.headers.get("X-aws-ec2-metadata-token") != "TOKEN":
+                    return self._send(401, "")
+                if self.path == "/latest/meta-data/placement/region":
+                    return self._send(200, "eu-west-3")
+                if self.path == "/latest/meta-data/iam/security-credentials/":
+                    return self._send(200, "transfer-role")
+                owner.served += 1
+                doc = {
+                    "Code": "Success",
+                    "AccessKeyId": f"ASIA{owner.served}",
+                    "SecretAccessKey": "secret",
+                    "Token": "token",
+                    "Expiration": owner.expires,
+                }
+                return self._send(200, json.dumps(doc))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def test_role_credentials_come_from_imdsv2_and_refresh_before_expiry() -> None:
+    imds = _Imds()
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+    expiry = datetime.datetime(2026, 11, 23, 3, 0, tzinfo=datetime.UTC).timestamp()
+    now = [expiry - 3600]
+    source = credentials.CredentialSource(env=env, clock=lambda: now[0])
+    first = source.get()
+    assert first == sigv4.Credentials("ASIA1", "secret", "token")
+    now[0] = expiry - credentials.REFRESH_SECONDS - 1
+    assert source.get() == first and source.fetches == 1  # still valid: cached
+    imds.expires = "2026-11-23T04:00:00Z"
+    now[0] = expiry - credentials.REFRESH_SECONDS + 1  # inside the refresh margin
+    assert source.get().access_key == "ASIA2" and source.fetches == 2
+    assert credentials.region(env) == "eu-west-3"
+    assert credentials.endpoint("eu-west-3", env) == "https://ebs.eu-west-3.amazonaws.com"
+    imds.server.shutdown()
+
+
+def test_environment_credentials_region_and_endpoint_override_imds() -> None:
+    env = {
+        **ENV,
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:9",
+        "AWS_ENDPOINT_URL_EBS": "http://x:1",
+    }
+    source = credentials.CredentialSource(env=env)
+    assert source.get() == sigv4.Credentials(KEYS[0], KEYS[1], ENV["AWS_SESSION_TOKEN"])
+    assert source.fetches == 0
+    assert credentials.region(env) == "us-east-1"
+    assert credentials.endpoint("us-east-1", env) == "http://x:1"
+
+
+# ---------------------------------------------------------------- the aggregated checksum
+
+
+def test_aggregated_checksum_is_sha256_of_the_raw_digests_in_block_order() -> None:
+    """LINEAR: the raw 32-byte digests concatenated (awslabs/coldsnap), not their base64."""
+    blocks = {9: _pattern(9), 2: _pattern(2), 5: _pattern(5)}
+    digests = {i: hashlib.sha256(d).digest() for i, d in blocks.items()}
+    expected = base64.b64encode(
+        hashlib.sha256(digests[2] + digests[5] + digests[9]).digest()
+    ).decode()
+    assert ebs_direct.aggregate_checksum(digests) == expected == linear_checksum(blocks)
+    b64_joined = "".join(base64.b64encode(digests[i]).decode() for i in (2, 5, 9))
+    assert expected != base64.b64encode(hashlib.sha256(b64_joined.encode()).digest()).decode()
+
+
+# ---------------------------------------------------------------- put-snapshot end to end
+
+
+def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    size = 40 * BLOCK + 4096  # the last block is partial: padded with zeros
+    written = {
+        0: _pattern(0),
+        3: _pattern(3),
+        4: bytes(BLOCK),
+        17: b"\0" * 5000 + b"x",
+        40: _pattern(40, 4096),
+    }
+    image = _image(tmp_path / "disk.img", written, size)
+    env = {**ENV, "AWS_ENDPOINT_URL_EBS": ebs.url, "SPARSECOPY_PROGRESS_SECONDS": "0"}
+    args = ["put-snapshot", str(image), "--size-gib", "1", "--tag", "a=b", "--tag", "Name=x=y"]
+    run = sparsecopy(*args, "--description", "d", "--jobs", "4", "--verify", env=env)
+    assert run.returncode == 0, run.stderr
+    summary = run.summary
+    snap = ebs.snapshots[summary["snapshotId"]]
+    expected = {i: (d + bytes(BLOCK - len(d))) for i, d in written.items() if any(d)}
+    assert snap.status == "completed" and summary["status"] == "completed"
+    assert snap.blocks == expected
+    assert ebs.stats.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 4
+    assert summary["bytes"] == 4 * BLOCK and summary["verifiedBlocks"] == 4
+    assert summary["checksum"] == linear_checksum(snap.blocks)
+    assert snap.spec["Tags"] == [{"Key": "a", "Value": "b"}, {"Key": "Name", "Value": "x=y"}]
+    assert snap.spec["Description"] == "d" and snap.spec["VolumeSize"] == 1
+    assert "put-snapshot: 100.0% " in run.stderr and ", bytes " in run.stderr
+
+
+def test_checksum_mismatch_never_completes_and_names_the_open_snapshot(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    image = _image(
+        tmp_path / "disk.img", {1: _pattern(1), 2: _pattern(2), 6: _pattern(6)}, 8 * BLOCK
+    )
+    ebs.corrupt_blocks = {2}
+    env = {**ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
+    run = sparsecopy("put-snapshot", str(image), "--size-gib", "1", "--jobs", "2", env=env)
+    assert run.returncode == 1 and run.stdout == ""
+    (snap,) = ebs.snapshots.values()
+    assert snap.status == "pending"
+    assert "CompleteSnapshot" not in ebs.stats.requests
+    assert f"snapshot {snap.snapshot_id} NOT completed" in run.error_line
+    assert "block 2" in run.error_line and "checksum" in run.error_line
+    assert ebs.stats.requests["PutSnapshotBlock"] <= 3 + ebs_direct.CHECKSUM_RETRIES
+
+
+def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    blocks = {i: _pattern(i) for i in range(0, 24, 3)}
+    image = _image(tmp_path / "disk.img", blocks, 24 * BLOCK)
+    ebs.throttle_puts, ebs.fail_puts = 6, 3
+    client = _client(ebs)
+    summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=3), client)
+    snap = ebs.snapshots[str(summary["snapshotId"])]
+    assert snap.status == "completed" and snap.blocks == blocks
+    assert summary["retries"] == 9 == ebs.stats.throttled + 3
+
+
+def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: StandIn) -> None:
+    image = _image(tmp_path / "disk.img", {0: _pattern(0), 5: _pattern(5)}, 8 * BLOCK)
+    ebs.throttle_all = True
+    with pytest.raises(
+        Failure, match=r"snapshot snap-\w+ NOT completed.*RequestThrottledException"
+    ):
+        put_snapshot.put_snapshot(
+            put_snapshot.PutOptions(str(image), 1, jobs=2), _client(ebs, attempts=4)
+        )
+    (snap,) = ebs.snapshots.values()
+    assert snap.status == "pending" and not snap.blocks
+    assert "CompleteSnapshot" not in ebs.stats.requests
+
+
+def test_a_wrong_aggregated_checksum_is_refused_and_the_snapshot_stays_open(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    image = _image(tmp_path / "disk.img", {0: _pattern(0), 5: _pattern(5)}, 8 * BLOCK)
+
+    def base64_joined(digests: dict[int, bytes]) -> str:
+        joined = "".join(base64.b64encode(digests[i]).decode() for i in sorted(digests))
+        return base64.b64encode(hashlib.sha256(joined.encode()).digest()).decode()
+
+    wrong = mock.patch.object(put_snapshot, "aggregate_checksum", base64_joined)
+    with wrong, pytest.raises(Failure, match=r"NOT completed.*aggregated checksum"):
+        put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), _client(ebs))
+    (snap,) = ebs.snapshots.values()
+    assert snap.status == "pending"
+
+
+@pytest.mark.parametrize("jobs", [1, 4])
+def test_requests_in_flight_never_exceed_jobs(tmp_path: Path, jobs: int) -> None:
+    blocks = {i: _pattern(i) for i in range(32)}
+    image = _image(tmp_path / "disk.img", blocks, 32 * BLOCK)
+    with StandIn(latency=0.02, max_concurrency=jobs) as ebs:
+        summary = put_snapshot.put_snapshot(
+            put_snapshot.PutOptions(str(image), 1, jobs=jobs), _client(ebs)
+        )
+        assert ebs.stats.rejected == 0 and summary["retries"] == 0
+        assert ebs.stats.max_in_flight == jobs  # as many as allowed, never more
+        assert ebs.snapshots[str(summary["snapshotId"])].blocks == blocks
+
+
+def test_start_snapshot_is_idempotent_with_a_client_token(tmp_path: Path, ebs: StandIn) -> None:
+    client = _client(ebs)
+    spec = put_snapshot.start_spec(
+        put_snapshot.PutOptions(
+            "x", 2, kms_key_arn="arn:aws:kms:us-east-1:111122223333:key/k", client_token="tok"
+        )
+    )
+    assert spec["Encrypted"] is True and spec["Timeout"] == 60
+    assert client.start_snapshot(spec)["SnapshotId"] == client.start_snapshot(spec)["SnapshotId"]
+    assert len(ebs.snapshots) == 1
+
+
+def test_a_bad_signature_is_refused(ebs: StandIn) -> None:
+    bad = credentials.CredentialSource(env={**ENV, "AWS_SECRET_ACCESS_KEY": "wrong"})
+    client = ebs_direct.Client(
+        ebs.url, "us-east-1", bad, ebs_direct.RetryPolicy(sleep=lambda _: None)
+    )
+    with pytest.raises(ebs_direct.ApiError, match="InvalidSignatureException"):
+        client.start_snapshot({"VolumeSize": 1})
+
+
+# ------------------------------------------------------- the stand-in speaks AWS's wire format
+
+
+def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
+    import boto3
+
+    client = boto3.client(
+        "ebs",
+        endpoint_url=ebs.url,
+        region_name="us-east-1",
+        aws_access_key_id=KEYS[0],
+        aws_secret_access_key=KEYS[1],
+        aws_session_token="t",
+    )
+    started = client.start_snapshot(VolumeSize=1, Tags=[{"Key": "k", "Value": "v"}], Timeout=30)
+    sid = started["SnapshotId"]
+    assert started["Status"] == "pending" and started["BlockSize"] == BLOCK
+    data = _pattern(7)
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    client.put_snapshot_block(
+        SnapshotId=sid,
+        BlockIndex=7,
+        BlockData=data,
+        DataLength=BLOCK,
+        Checksum=checksum,
+        ChecksumAlgorithm="SHA256",
+    )
+    with pytest.raises(client.exceptions.ValidationException):
+        client.put_snapshot_block(
+            SnapshotId=sid,
+            BlockIndex=8,
+            BlockData=data,
+            DataLength=BLOCK,
+            Checksum=checksum[::-1],
+            ChecksumAlgorithm="SHA256",
+        )
+    ebs.throttle_all = True
+    with pytest.raises(client.exceptions.RequestThrottledException):
+        client.put_snapshot_block(
+            SnapshotId=sid,
+            BlockIndex=8,
+            BlockData=data,
+            DataLength=BLOCK,
+            Checksum=checksum,
+            ChecksumAlgorithm="SHA256",
+        )
+    ebs.throttle_all = False
+    aggregate = linear_checksum({7: data})
+    done = client.complete_snapshot(
+        SnapshotId=sid,
+        ChangedBlocksCount=1,
+        Checksum=aggregate,
+        ChecksumAlgorithm="SHA256",
+        ChecksumAggregationMethod="LINEAR",
+    )
+    assert done["Status"] == "completed"
+    (block,) = client.list_snapshot_blocks(SnapshotId=sid)["Blocks"]
+    got = client.get_snapshot_block(SnapshotId=sid, BlockIndex=7, BlockToken=block["BlockToken"])
+    assert got["BlockData"].read() == data and got["Checksum"] == checksum
