@@ -42,6 +42,11 @@ def _fresh(emu: st.EmulatorState, resource_id: str) -> None:
         emu.tag_lag[resource_id] = TAG_LAG_CALLS
 
 
+def mark_fresh(emu: st.EmulatorState, resource_id: str) -> None:
+    """A resource created outside moto's create_* calls (an EBS direct snapshot) lags too."""
+    _fresh(emu, resource_id)
+
+
 def _hidden(emu: st.EmulatorState, resource_id: str) -> bool:
     """Whether this answer leaves the resource out (and count the answer)."""
     with emu.lock:

@@ -75,8 +75,12 @@ class EbsError(Exception):
         self.status, self.code, self.reason, self.message = status, code, reason, message
 
 
-def _validation(reason: str, message: str) -> EbsError:
+def validation(reason: str, message: str) -> EbsError:
+    """A ValidationException (HTTP 400) with one of the model's ValidationExceptionReason codes."""
     return EbsError("400 Bad Request", "ValidationException", reason, message)
+
+
+_validation = validation
 
 
 def list_snapshot_blocks_path(environ: dict[str, Any]) -> str | None:

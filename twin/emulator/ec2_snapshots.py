@@ -11,7 +11,7 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
-from . import patching
+from . import ebs_direct_write, patching
 from . import state as st
 from .blockstore import EBS_BLOCK, sparse_copy, written_chunks
 
@@ -70,6 +70,7 @@ def snapshot_written_bytes(emu: st.EmulatorState, snapshot_id: str) -> int:
 def _describe_snapshots(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
     emu = st.ACTIVE
     if emu is not None:
+        ebs_direct_write.expire(emu, self)
         _advance_snapshots(emu, self)
     return _orig["describe_snapshots"](self, *args, **kwargs)
 

@@ -137,6 +137,13 @@ class Faults:
     # of each state.
     throttle_states: tuple[str, ...] = ()
     throttled_requests: int = THROTTLED_REQUESTS
+    # EBS direct writes (ebs_direct_write.py): the first `ebs_throttled_puts` PutSnapshotBlock
+    # requests are answered RequestThrottledException; more than `ebs_max_puts_in_flight` puts
+    # being served at once (0: no limit) are answered ConcurrentLimitExceededException; each put
+    # takes `ebs_put_latency` seconds (so that puts overlap as they do against AWS).
+    ebs_throttled_puts: int = 0
+    ebs_max_puts_in_flight: int = 0
+    ebs_put_latency: float = 0.0
 
     @classmethod
     def named(cls, name: str | None) -> Faults:

@@ -8,7 +8,9 @@
   Reason ACCOUNT_THROTTLED, as botocore's ebs model declares it), S3 `SlowDown` (503).
 - EBS direct `ListSnapshotBlocks` (`GET /snapshots/{id}/blocks` signed for `ebs`) of the twin's EC2
   snapshots is answered by ebs_direct.py (after the throttle check, so `throttle@STATE` reaches
-  it); moto's own `ebs` backend keeps the snapshots made with the direct APIs.
+  it); StartSnapshot, PutSnapshotBlock, CompleteSnapshot and GetSnapshotBlock are answered by
+  ebs_direct_write.py into the same EC2 snapshot records and sparse files (moto's own `ebs`
+  backend, blocks in memory, is left with ListChangedBlocks only).
 - S3 requests and presigned URLs signed with Signature Version 2 are refused (s3_twin.py).
 - `/_twin/settle`: the runner POSTs it after a Wait that lasts 30 s or more in AWS: the
   eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
@@ -31,7 +33,7 @@ from urllib.parse import unquote
 from moto.ebs.models import ebs_backends
 from moto.ec2.models import ec2_backends
 
-from . import ebs_direct, map_runs, s3_twin
+from . import ebs_direct, ebs_direct_write, map_runs, s3_twin
 from . import state as st
 from .ec2_twin import interrupt_spot_instance
 
@@ -141,6 +143,9 @@ class Middleware:
         if emu is not None:
             service = service_of(environ)
             if service == "ebs":
+                direct = ebs_direct_write.answer(environ, self.account, self.region)
+                if direct is not None:
+                    return _send(start_response, *direct)
                 snapshot_id = ebs_direct.list_snapshot_blocks_path(environ)
                 if snapshot_id is not None and not self._direct_api_snapshot(snapshot_id):
                     return _send(

@@ -14,6 +14,7 @@ from typing import Any
 from devkit.loop import LoopDevices
 
 from .command_runs import CommandRun, stop
+from .direct_snapshots import DirectWrites
 from .faults import Faults
 
 GIB = 1024**3
@@ -63,6 +64,8 @@ class EmulatorState:
     # server.function_credentials: access key id -> the function (role) it belongs to; the IAM
     # recorder attributes a presigned URL to the function whose key signed it
     access_keys: dict[str, str] = field(default_factory=dict)
+    # ebs_direct_write.py: snapshots written with StartSnapshot/PutSnapshotBlock/CompleteSnapshot
+    direct: DirectWrites = field(default_factory=DirectWrites)
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):

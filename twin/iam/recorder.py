@@ -11,7 +11,8 @@ line per request: caller, service, action, params, contexts (or the reason the c
 resolved, which the check reports as a failure).
 
 Protocols: query (EC2), JSON with X-Amz-Target (SSM, KMS, ...), and the REST APIs the workflow
-uses: EBS direct (`GET /snapshots/{id}/blocks` = ListSnapshotBlocks) and S3 (path-style, as
+uses: EBS direct (ListSnapshotBlocks, StartSnapshot, PutSnapshotBlock, CompleteSnapshot,
+GetSnapshotBlock; a put's 512 KiB body is left out of the record) and S3 (path-style, as
 boto3 addresses the emulator's IP endpoint).
 """
 
@@ -53,14 +54,26 @@ def _service(environ: dict[str, Any]) -> str:
 
 
 _EBS_LIST_BLOCKS = re.compile(r"^/snapshots/([^/]+)/blocks/?$")
+_EBS_BLOCK = re.compile(r"^/snapshots/([^/]+)/blocks/([^/]+)$")
+_EBS_COMPLETE = re.compile(r"^/snapshots/completion/([^/]+)$")
 # query parameters that authenticate or route a request, not S3 subresources
 _S3_NOT_SUBRESOURCES = {"x-id", "versionId"}
 _LIST_PARAMS = (("Prefix", "prefix"), ("MaxKeys", "max-keys"), ("Delimiter", "delimiter"))
 _LIST_V1_PARAMS = {"prefix", "max-keys", "delimiter", "marker", "encoding-type"}
 
 
-def _ebs(environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _ebs(environ: dict[str, Any], body: bytes = b"") -> tuple[str, dict[str, Any]]:
     method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+    if method == "POST" and path.rstrip("/") == "/snapshots":
+        start = json.loads(body or b"{}")
+        return "StartSnapshot", {k: v for k, v in start.items() if k != "ClientToken"}
+    block = _EBS_BLOCK.match(path)
+    if block and method in ("PUT", "GET"):
+        action = "PutSnapshotBlock" if method == "PUT" else "GetSnapshotBlock"
+        return action, {"SnapshotId": unquote(block.group(1)), "BlockIndex": block.group(2)}
+    complete = _EBS_COMPLETE.match(path)
+    if complete and method == "POST":
+        return "CompleteSnapshot", {"SnapshotId": unquote(complete.group(1))}
     query = dict(parse_qsl(environ.get("QUERY_STRING", "")))
     m = _EBS_LIST_BLOCKS.match(path)
     if method == "GET" and m:
@@ -145,7 +158,7 @@ def parse(environ: dict[str, Any], body: bytes) -> tuple[str, str, dict[str, Any
         params = json.loads(body or b"{}")
         return service, action, params
     if service == "ebs":
-        return (service, *_ebs(environ))
+        return (service, *_ebs(environ, body))
     if service == "s3":
         return (service, *_s3(environ, body))
     flat = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))

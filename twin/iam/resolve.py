@@ -543,6 +543,43 @@ def _list_snapshot_blocks(p: dict[str, Any], s: State) -> list[Context]:
     ]
 
 
+@resolver("ebs:StartSnapshot")
+def _start_snapshot(p: dict[str, Any], s: State) -> list[Context]:
+    """StartSnapshot authorizes the new snapshot (arn:aws:ec2:REGION::snapshot/*) with its
+    request tags and the ebs:VolumeSize, ebs:Description and ebs:ParentSnapshot keys (iam-data:
+    the snapshot resource type's condition keys); a parent snapshot is read too."""
+    tags = {t["Key"]: t.get("Value", "") for t in p.get("Tags") or []}
+    ctx: dict[str, Any] = {**request_tags(tags), "ebs:VolumeSize": str(p.get("VolumeSize"))}
+    if p.get("Description"):
+        ctx["ebs:Description"] = p["Description"]
+    parent = p.get("ParentSnapshotId")
+    if parent:
+        ctx["ebs:ParentSnapshot"] = s.ec2_arn("snapshot", parent, "")
+    return [_ctx("ebs:StartSnapshot", "snapshot", s.ec2_arn("snapshot", "*", ""), s, ctx)]
+
+
+def _ebs_snapshot_for(action: str) -> Resolver:
+    """Put/Complete/GetSnapshotBlock act on an existing snapshot: its ARN, aws:ResourceTag/*."""
+
+    def fn(p: dict[str, Any], s: State) -> list[Context]:
+        snapshot = p["SnapshotId"]
+        return [
+            _ctx(
+                action,
+                "snapshot",
+                s.ec2_arn("snapshot", snapshot, ""),
+                s,
+                resource_tags(s.tags(snapshot), ("aws",)),
+            )
+        ]
+
+    return fn
+
+
+for _ebs_action in ("PutSnapshotBlock", "CompleteSnapshot", "GetSnapshotBlock"):
+    RESOLVERS[f"ebs:{_ebs_action}"] = _ebs_snapshot_for(f"ebs:{_ebs_action}")
+
+
 # --- S3 -------------------------------------------------------------------------------------------
 
 

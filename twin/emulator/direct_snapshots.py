@@ -1,0 +1,49 @@
+"""What the emulator remembers about snapshots written with the EBS direct APIs (StartSnapshot /
+PutSnapshotBlock / CompleteSnapshot); the HTTP side and the AWS behaviour are ebs_direct_write.py.
+
+The snapshot itself is an ordinary EC2 snapshot record of moto's EC2 backend with its sparse file
+in EmulatorState.snapshot_files, like one CreateSnapshot made; this is only the open-snapshot
+bookkeeping: per-block checksums for CompleteSnapshot's aggregate, the timeout, ClientTokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DirectSnapshot:
+    snapshot_id: str
+    volume_size_gib: int
+    timeout_minutes: int
+    # clock() of StartSnapshot or of the last put: the Timeout runs from there
+    last_activity: float
+    # block index -> raw SHA-256 digest (32 bytes) of the last data put there
+    digests: dict[int, bytes] = field(default_factory=dict)
+    # CompleteSnapshot accepted: no more puts; the EC2 record moves on to `completed`
+    sealed: bool = False
+    # the StartSnapshot answer, replayed for a retry with the same ClientToken
+    start_answer: dict[str, Any] = field(default_factory=dict)
+
+    def blocks(self) -> int:
+        return self.volume_size_gib * 2048  # 512 KiB blocks per GiB
+
+    def linear_checksum(self) -> bytes:
+        """LINEAR aggregation: SHA-256 over the blocks' raw digests in ascending block index."""
+        digest = hashlib.sha256()
+        for index in sorted(self.digests):
+            digest.update(self.digests[index])
+        return digest.digest()
+
+
+@dataclass
+class DirectWrites:
+    snapshots: dict[str, DirectSnapshot] = field(default_factory=dict)
+    # ClientToken -> (fingerprint of the request's parameters, snapshot id)
+    client_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
+    puts_in_flight: int = 0
+    puts_throttled: int = 0
+    # what the emulator refused / served, for tests and the demo's summary
+    concurrent_limit_served: int = 0
