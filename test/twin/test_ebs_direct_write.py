@@ -457,3 +457,53 @@ def test_iam_contexts_of_the_direct_calls(emu: Emulator) -> None:
     assert [d["decision"] for d in decisions] == ["Allowed"] * 4 + ["ImplicitlyDenied"] * 3, (
         decisions
     )
+
+
+# --- the data plane's own client (sparsecopy put-snapshot, D2) against the emulator ------------
+
+
+def test_sparsecopy_put_snapshot_writes_a_snapshot_the_twin_completes(
+    emu: Emulator, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    image = tmp_path / "disk.img"
+    written = {0: _block(0), 9: _block(9), 10: b"\0" * EBS_BLOCK, 700: b"x" * 100}
+    with open(image, "wb") as f:
+        f.truncate(GIB)
+        for index, data in written.items():
+            f.seek(index * EBS_BLOCK)
+            f.write(data)
+    env = {
+        **os.environ,
+        **emu.client_env(),
+        "AWS_ENDPOINT_URL_EBS": emu.endpoint,
+        "SPARSECOPY_PROGRESS_SECONDS": "0",
+    }
+    run = subprocess.run(
+        [sys.executable, str(repo / "ssm-documents" / "sparsecopy"), "put-snapshot", str(image),
+         "--size-gib", "1", "--tag", "k=v", "--description", "from sparsecopy", "--jobs", "4"],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    sid = summary["snapshotId"]
+    expected = {i: d.ljust(EBS_BLOCK, b"\0") for i, d in written.items() if any(d)}
+    assert summary["blocks"] == len(expected) == 3
+    assert summary["checksum"] == _linear(expected)  # the twin accepted the same aggregate
+    time.sleep(ebs_direct_write.COMPLETE_SECONDS)
+    client = _client(emu)
+    page = client.list_snapshot_blocks(SnapshotId=sid)  # completed without DescribeSnapshots
+    assert [b["BlockIndex"] for b in page["Blocks"]] == sorted(expected)
+    for block in page["Blocks"]:
+        got = client.get_snapshot_block(
+            SnapshotId=sid, BlockIndex=block["BlockIndex"], BlockToken=block["BlockToken"]
+        )
+        assert got["BlockData"].read() == expected[block["BlockIndex"]]
+    snap = emu.boto3_client("ec2").describe_snapshots(SnapshotIds=[sid])["Snapshots"][0]
+    assert snap["State"] == "completed" and snap["Description"] == "from sparsecopy"
+    assert snap["Tags"] == [{"Key": "k", "Value": "v"}]

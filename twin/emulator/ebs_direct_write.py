@@ -78,13 +78,16 @@ from devkit.disks.layout import create_sparse
 
 from . import consistency, ebs_direct
 from . import state as st
-from .blockstore import EBS_BLOCK, sparse_copy
+from .blockstore import EBS_BLOCK, sparse_copy, written_chunks
 from .direct_snapshots import DirectSnapshot
 from .ebs_direct import EbsError
 from .ebs_direct import validation as _validation
 
 MAX_VOLUME_GIB = 65_536
 TIMEOUT_MIN, TIMEOUT_MAX, TIMEOUT_DEFAULT = 10, 4320, 60
+# A completed direct snapshot is `completed` this long after CompleteSnapshot (or sooner, after
+# state.SNAPSHOT_PENDING_POLLS DescribeSnapshots answers), for clients that never describe it.
+COMPLETE_SECONDS = 2.0
 MAX_TAGS = 50
 DIRECT_VOLUME_ID = "vol-ffffffff"
 _SNAPSHOT_ID = re.compile(r"^snap-[0-9a-f]+$")
@@ -192,14 +195,20 @@ def default_kms_key_arn(account: str, region: str) -> str:
     return f"arn:aws:kms:{region}:{account}:key/{key}"
 
 
-def expire(emu: st.EmulatorState, backend: Any, now: float | None = None) -> list[str]:
-    """Open direct snapshots past their Timeout turn `error` (returns their ids)."""
+def settle(emu: st.EmulatorState, backend: Any, now: float | None = None) -> list[str]:
+    """Time passes for direct snapshots: an open one past its Timeout turns `error`; a completed
+    one (CompleteSnapshot accepted) is `completed` COMPLETE_SECONDS later if no DescribeSnapshots
+    polls completed it before (ec2_snapshots.py). Returns the ids that turned `error`."""
     now = ebs_direct.clock() if now is None else now
     expired = []
     with emu.lock:
         for sid, direct in emu.direct.snapshots.items():
             snapshot = backend.snapshots.get(sid)
-            if direct.sealed or snapshot is None or snapshot.status != "pending":
+            if snapshot is None or snapshot.status != "pending":
+                continue
+            if direct.sealed:
+                if now - direct.last_activity >= COMPLETE_SECONDS:
+                    _finish(emu, snapshot)
                 continue
             if now - direct.last_activity > direct.timeout_minutes * 60:
                 snapshot.status = "error"
@@ -211,9 +220,23 @@ def expire(emu: st.EmulatorState, backend: Any, now: float | None = None) -> lis
     return expired
 
 
+def _finish(emu: st.EmulatorState, snapshot: Any) -> None:
+    """The asynchronous sealing of a completed direct snapshot has ended (as _advance_snapshots
+    ends a CreateSnapshot, FAULT=snapshot-error included)."""
+    emu.snapshot_polls.pop(snapshot.id, None)
+    if emu.faults.snapshot_error:
+        snapshot.status = "error"
+        snapshot.state_message = "twin fault snapshot-error: the snapshot failed to complete"
+        return
+    snapshot.status = "completed"
+    snapshot.twin_progress = "100%"
+    path = emu.snapshot_files[snapshot.id]
+    snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * EBS_BLOCK
+
+
 def _open_direct(emu: st.EmulatorState, backend: Any, snapshot_id: str) -> DirectSnapshot:
     """The open direct snapshot a put or a completion goes to (raises EbsError otherwise)."""
-    expire(emu, backend)
+    settle(emu, backend)
     snapshot = backend.snapshots.get(snapshot_id)
     if snapshot is None:
         raise _not_found(snapshot_id)
@@ -531,7 +554,7 @@ def _get(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
     token = (query.get("blockToken") or [""])[0]
     with emu.lock:
-        expire(emu, backend)
+        settle(emu, backend)
         snapshot = backend.snapshots.get(snapshot_id)
         path = emu.snapshot_files.get(snapshot_id)
         if snapshot is None or path is None:

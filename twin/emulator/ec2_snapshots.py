@@ -70,7 +70,7 @@ def snapshot_written_bytes(emu: st.EmulatorState, snapshot_id: str) -> int:
 def _describe_snapshots(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
     emu = st.ACTIVE
     if emu is not None:
-        ebs_direct_write.expire(emu, self)
+        ebs_direct_write.settle(emu, self)
         _advance_snapshots(emu, self)
     return _orig["describe_snapshots"](self, *args, **kwargs)
 

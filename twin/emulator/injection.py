@@ -162,6 +162,7 @@ class Middleware:
 
     def _snapshot(self, emu: st.EmulatorState, snapshot_id: str) -> tuple[str, int, Any] | None:
         """(state, volume size GiB, sparse file) of one of the twin's EC2 snapshots."""
+        ebs_direct_write.settle(emu, ec2_backends[self.account][self.region])
         snapshot = ec2_backends[self.account][self.region].snapshots.get(snapshot_id)
         path = emu.snapshot_files.get(snapshot_id)
         if snapshot is None or path is None:
