@@ -507,3 +507,20 @@ def test_sparsecopy_put_snapshot_writes_a_snapshot_the_twin_completes(
     snap = emu.boto3_client("ec2").describe_snapshots(SnapshotIds=[sid])["Snapshots"][0]
     assert snap["State"] == "completed" and snap["Description"] == "from sparsecopy"
     assert snap["Tags"] == [{"Key": "k", "Value": "v"}]
+
+
+def test_deleting_an_open_direct_snapshot_removes_it_and_its_file(emu: Emulator) -> None:
+    """Teardown of a failed run deletes the unfinished snapshot: gone from EC2, its file gone,
+    later puts find no snapshot."""
+    client = _client(emu)
+    sid = client.start_snapshot(VolumeSize=1)["SnapshotId"]
+    _put(client, sid, 0, _block(0))
+    path = emu.snapshot_file(sid)
+    emu.boto3_client("ec2").delete_snapshot(SnapshotId=sid)
+    assert not path.exists() and sid not in emu.state.snapshot_files
+    with pytest.raises(ClientError) as excinfo:
+        _put(client, sid, 1, _block(1))
+    assert _error(excinfo) == ("ResourceNotFoundException", "SNAPSHOT_NOT_FOUND", 404)
+    with pytest.raises(ClientError) as excinfo:
+        _complete(client, sid, {0: _block(0)})
+    assert _error(excinfo)[0] == "ResourceNotFoundException"

@@ -82,6 +82,7 @@ def _delete_snapshot(self: EBSBackend, snapshot_id: str) -> Any:
         with emu.lock:
             path = emu.snapshot_files.pop(snapshot_id, None)
             emu.snapshot_polls.pop(snapshot_id, None)
+            emu.direct.snapshots.pop(snapshot_id, None)
             for key in [k for k in emu.fsr if k[0] == snapshot_id]:
                 del emu.fsr[key]
         if path is not None:
