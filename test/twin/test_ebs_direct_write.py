@@ -524,3 +524,39 @@ def test_deleting_an_open_direct_snapshot_removes_it_and_its_file(emu: Emulator)
     with pytest.raises(ClientError) as excinfo:
         _complete(client, sid, {0: _block(0)})
     assert _error(excinfo)[0] == "ResourceNotFoundException"
+
+
+def test_a_child_of_a_parent_snapshot_starts_with_its_blocks(emu: Emulator) -> None:
+    client = _client(emu)
+    parent = client.start_snapshot(VolumeSize=1)["SnapshotId"]
+    _put(client, parent, 1, _block(1))
+    _put(client, parent, 2, _block(2))
+    _complete(client, parent, {1: _block(1), 2: _block(2)})
+    _until_completed(emu, parent)
+    child = client.start_snapshot(VolumeSize=2, ParentSnapshotId=parent)
+    assert child["ParentSnapshotId"] == parent and child["VolumeSize"] == 2
+    cid = child["SnapshotId"]
+    _put(client, cid, 2, _block(20))  # overwrites the parent's block 2 in the child only
+    _put(client, cid, 3000, _block(3000))
+    # ChangedBlocksCount and the aggregate count the blocks put into this snapshot
+    _complete(client, cid, {2: _block(20), 3000: _block(3000)})
+    _until_completed(emu, cid)
+    page = client.list_snapshot_blocks(SnapshotId=cid)
+    assert [b["BlockIndex"] for b in page["Blocks"]] == [1, 2, 3000]
+    two = page["Blocks"][1]
+    got = client.get_snapshot_block(SnapshotId=cid, BlockIndex=2, BlockToken=two["BlockToken"])
+    assert got["BlockData"].read() == _block(20)
+    assert sorted(written_chunks(emu.snapshot_file(parent))) == [1, 2]
+    with pytest.raises(ClientError) as excinfo:
+        client.start_snapshot(VolumeSize=1, ParentSnapshotId=parent, Encrypted=True)
+    assert _error(excinfo)[:2] == ("ValidationException", "INVALID_PARAMETER_VALUE")
+    with pytest.raises(ClientError) as excinfo:
+        client.start_snapshot(VolumeSize=1, ParentSnapshotId="snap-0123456789abcdef0")
+    assert _error(excinfo)[0] == "ResourceNotFoundException"
+    with pytest.raises(ClientError) as excinfo:
+        client.start_snapshot(VolumeSize=1, ParentSnapshotId=cid)  # the child is 2 GiB
+    assert _error(excinfo)[:2] == ("ValidationException", "INVALID_VOLUME_SIZE")
+    pending = client.start_snapshot(VolumeSize=1)["SnapshotId"]
+    with pytest.raises(ClientError) as excinfo:
+        client.start_snapshot(VolumeSize=1, ParentSnapshotId=pending)
+    assert _error(excinfo)[:2] == ("ValidationException", "INVALID_SNAPSHOT_ID")
