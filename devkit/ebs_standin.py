@@ -14,7 +14,9 @@ answer InternalServerException, 500), ``corrupt_blocks`` (the server sees those 
 altered, so their checksum never matches). Checks: SigV4 (with botocore, when ``credentials``
 are given), the block checksum, DataLength, the block index against VolumeSize, the changed
 block count and the LINEAR aggregated checksum at completion (mismatch: ValidationException, the
-snapshot stays pending), no put to a completed snapshot. Blocks are kept in memory."""
+snapshot stays pending), no put to a completed snapshot. CompleteSnapshot answers Status
+`pending` (AWS: it starts an asynchronous seal); the snapshot reads as `completed`, and the read
+calls accept it, ``seal_seconds`` later. Blocks are kept in memory."""
 
 from __future__ import annotations
 
@@ -58,6 +60,16 @@ class Snapshot:
     status: str = "pending"
     blocks: dict[int, bytes] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
+    sealed_at: float | None = None  # CompleteSnapshot accepted: `completed` from then on
+
+    @property
+    def open(self) -> bool:
+        return self.status == "pending" and self.sealed_at is None
+
+    def advance(self) -> Snapshot:
+        if self.sealed_at is not None and time.monotonic() >= self.sealed_at:
+            self.status = "completed"
+        return self
 
 
 @dataclass
@@ -76,10 +88,12 @@ class StandIn:
         self,
         latency: float = 0.0,
         max_concurrency: int = 1000,
+        seal_seconds: float = 0.0,
         credentials: tuple[str, str] | None = None,
         region: str = "us-east-1",
     ) -> None:
         self.latency, self.max_concurrency = latency, max_concurrency
+        self.seal_seconds = seal_seconds
         self.credentials, self.region = credentials, region
         self.snapshots: dict[str, Snapshot] = {}
         self.tokens: dict[str, str] = {}  # ClientToken -> snapshot id
@@ -124,6 +138,7 @@ class StandIn:
         found = self.snapshots.get(snapshot_id)
         if found is None:
             raise ApiFault(404, "ResourceNotFoundException", snapshot_id, "SNAPSHOT_NOT_FOUND")
+        found.advance()
         return found
 
     # ------------------------------------------------------------------ the calls
@@ -175,8 +190,8 @@ class StandIn:
         self, snap: Snapshot, index: int, headers: Any, body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         self._put_faults()
-        if snap.status != "pending":
-            raise ApiFault(400, "ValidationException", f"{snap.snapshot_id} is {snap.status}")
+        if not snap.open:
+            raise ApiFault(400, "ValidationException", f"{snap.snapshot_id} is not open")
         if not 0 <= index < snap.volume_size * 2048:
             raise ApiFault(400, "ValidationException", f"block {index}", "INVALID_BLOCK")
         if headers.get("x-amz-Data-Length") != str(BLOCK) or len(body) != BLOCK:
@@ -195,8 +210,8 @@ class StandIn:
 
     def complete(self, snap: Snapshot, headers: Any) -> tuple[int, dict[str, str], bytes]:
         with self.lock:
-            if snap.status != "pending":
-                raise ApiFault(400, "ValidationException", f"{snap.snapshot_id} is {snap.status}")
+            if not snap.open:
+                raise ApiFault(400, "ValidationException", f"{snap.snapshot_id} is not open")
             count = headers.get("x-amz-ChangedBlocksCount")
             if count != str(len(snap.blocks)):
                 raise ApiFault(
@@ -211,8 +226,8 @@ class StandIn:
                     raise ApiFault(
                         400, "ValidationException", "The aggregated checksum does not match"
                     )
-            snap.status = "completed"
-        return 202, {}, json.dumps({"Status": "completed"}).encode()
+            snap.sealed_at = time.monotonic() + self.seal_seconds
+        return 202, {}, json.dumps({"Status": "pending"}).encode()
 
     def list_blocks(self, snap: Snapshot) -> tuple[int, dict[str, str], bytes]:
         if snap.status != "completed":
@@ -292,7 +307,8 @@ class StandIn:
         raise ApiFault(404, "UnknownOperationException", f"{method} {parts.path}")
 
 
-def _op_name(method: str, path: str) -> str:
+def _op_name(method: str, target: str) -> str:
+    path = urlsplit(target).path
     if method == "PUT":
         return "PutSnapshotBlock"
     if "completion" in path:

@@ -25,6 +25,8 @@ from .progress import Progress, log
 GIB = 1 << 30
 ZEROS = bytes(BLOCK)
 MAX_JOBS = 128  # AWS: up to ~100 connections per client reach ~500 MB/s
+VERIFY_WAIT_SECONDS = 1800.0  # --verify waits this long for EBS to seal the snapshot
+VERIFY_POLL_SECONDS = 2.0
 
 
 class PutOptions(NamedTuple):
@@ -144,9 +146,25 @@ class Uploader:
         return self.digests
 
 
+def sealed_blocks(
+    client: Client, snapshot_id: str, wait: float = VERIFY_WAIT_SECONDS
+) -> "dict[int, str]":
+    """ListSnapshotBlocks once EBS has sealed the snapshot: CompleteSnapshot answers `pending`
+    and starts an asynchronous seal; until it ends the read APIs refuse the snapshot with a
+    ValidationException, so that answer is polled for at most ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return client.list_blocks(snapshot_id)
+        except ApiError as exc:
+            if exc.code != "ValidationException" or time.monotonic() >= deadline:
+                raise
+        client.policy.sleep(VERIFY_POLL_SECONDS)
+
+
 def verify(client: Client, snapshot_id: str, digests: "dict[int, bytes]", jobs: int) -> int:
     """Read the completed snapshot back: exactly the put blocks, each with its digest."""
-    tokens = client.list_blocks(snapshot_id)
+    tokens = sealed_blocks(client, snapshot_id)
     if set(tokens) != set(digests):
         extra, missing = set(tokens) - set(digests), set(digests) - set(tokens)
         raise Failure(
@@ -212,6 +230,10 @@ def _put(client: Client, opts: PutOptions, fd: int, size: int) -> "dict[str, obj
         "retries": client.retries,
     }
     if opts.verify:
-        summary["verifiedBlocks"] = verify(client, snapshot_id, digests, opts.jobs)
+        try:
+            summary["verifiedBlocks"] = verify(client, snapshot_id, digests, opts.jobs)
+        except (Failure, ApiError) as exc:
+            raise Failure(f"snapshot {snapshot_id} completed but does not verify: {exc}") from exc
+        summary["status"] = "completed"
     summary["seconds"] = round(time.monotonic() - started, 3)
     return summary

@@ -7,7 +7,9 @@ import base64
 import datetime
 import hashlib
 import json
+import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -285,7 +287,7 @@ def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
     summary = run.summary
     snap = ebs.snapshots[summary["snapshotId"]]
     expected = {i: (d + bytes(BLOCK - len(d))) for i, d in written.items() if any(d)}
-    assert snap.status == "completed" and summary["status"] == "completed"
+    assert snap.advance().status == "completed" and summary["status"] == "completed"
     assert snap.blocks == expected
     assert ebs.stats.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 4
     assert summary["bytes"] == 4 * BLOCK and summary["verifiedBlocks"] == 4
@@ -306,7 +308,7 @@ def test_checksum_mismatch_never_completes_and_names_the_open_snapshot(
     run = sparsecopy("put-snapshot", str(image), "--size-gib", "1", "--jobs", "2", env=env)
     assert run.returncode == 1 and run.stdout == ""
     (snap,) = ebs.snapshots.values()
-    assert snap.status == "pending"
+    assert snap.advance().status == "pending" and snap.open
     assert "CompleteSnapshot" not in ebs.stats.requests
     assert f"snapshot {snap.snapshot_id} NOT completed" in run.error_line
     assert "block 2" in run.error_line and "checksum" in run.error_line
@@ -322,7 +324,8 @@ def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
     client = _client(ebs)
     summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=3), client)
     snap = ebs.snapshots[str(summary["snapshotId"])]
-    assert snap.status == "completed" and snap.blocks == blocks
+    assert summary["status"] == "pending"  # CompleteSnapshot accepted: EBS seals it
+    assert snap.advance().status == "completed" and snap.blocks == blocks
     assert summary["retries"] == 9 == ebs.stats.throttled + 3
 
 
@@ -336,7 +339,7 @@ def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: Sta
             put_snapshot.PutOptions(str(image), 1, jobs=2), _client(ebs, attempts=4)
         )
     (snap,) = ebs.snapshots.values()
-    assert snap.status == "pending" and not snap.blocks
+    assert snap.advance().open and not snap.blocks
     assert "CompleteSnapshot" not in ebs.stats.requests
 
 
@@ -353,7 +356,7 @@ def test_a_wrong_aggregated_checksum_is_refused_and_the_snapshot_stays_open(
     with wrong, pytest.raises(Failure, match=r"NOT completed.*aggregated checksum"):
         put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), _client(ebs))
     (snap,) = ebs.snapshots.values()
-    assert snap.status == "pending"
+    assert snap.advance().open  # refused: never sealed
 
 
 @pytest.mark.parametrize("jobs", [1, 4])
@@ -367,6 +370,38 @@ def test_requests_in_flight_never_exceed_jobs(tmp_path: Path, jobs: int) -> None
         assert ebs.stats.rejected == 0 and summary["retries"] == 0
         assert ebs.stats.max_in_flight == jobs  # as many as allowed, never more
         assert ebs.snapshots[str(summary["snapshotId"])].blocks == blocks
+
+
+def test_verify_waits_for_the_seal_then_reads_every_block_back(tmp_path: Path) -> None:
+    blocks = {1: _pattern(1), 7: _pattern(7)}
+    image = _image(tmp_path / "disk.img", blocks, 8 * BLOCK)
+    policy = ebs_direct.RetryPolicy(sleep=time.sleep)
+    with StandIn(seal_seconds=0.5, credentials=KEYS) as ebs:
+        client = ebs_direct.Client(
+            ebs.url, "us-east-1", credentials.CredentialSource(env=ENV), policy
+        )
+        with mock.patch.object(put_snapshot, "VERIFY_POLL_SECONDS", 0.05):
+            opts = put_snapshot.PutOptions(str(image), 1, verify=True)
+            summary = put_snapshot.put_snapshot(opts, client)
+        assert summary["verifiedBlocks"] == 2 and summary["status"] == "completed"
+        assert ebs.stats.requests["ListSnapshotBlocks"] > 1  # refused while sealing
+        assert ebs.stats.requests["GetSnapshotBlock"] == 2
+
+
+def test_verify_catches_a_snapshot_that_reads_back_different_data(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    image = _image(tmp_path / "disk.img", {1: _pattern(1), 7: _pattern(7)}, 8 * BLOCK)
+    real_list = ebs.list_blocks
+
+    def tampered(snap: Any) -> Any:
+        snap.blocks[7] = _pattern(8)  # EBS returns other (self-consistent) data
+        return real_list(snap)
+
+    ebs.list_blocks = tampered  # type: ignore[method-assign]
+    opts = put_snapshot.PutOptions(str(image), 1, verify=True)
+    with pytest.raises(Failure, match=r"completed but does not verify: .*block 7 reads back"):
+        put_snapshot.put_snapshot(opts, _client(ebs))
 
 
 def test_start_snapshot_is_idempotent_with_a_client_token(tmp_path: Path, ebs: StandIn) -> None:
@@ -445,7 +480,30 @@ def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
         ChecksumAlgorithm="SHA256",
         ChecksumAggregationMethod="LINEAR",
     )
-    assert done["Status"] == "completed"
+    assert done["Status"] == "pending"
     (block,) = client.list_snapshot_blocks(SnapshotId=sid)["Blocks"]
     got = client.get_snapshot_block(SnapshotId=sid, BlockIndex=7, BlockToken=block["BlockToken"])
     assert got["BlockData"].read() == data and got["Checksum"] == checksum
+
+
+def test_put_snapshot_against_the_twins_emulator(tmp_path: Path) -> None:
+    """Two independent implementations agree: the program's client (wire format, SigV4, LINEAR
+    checksum) against the twin's emulator (twin/emulator/ebs_direct_write.py), no disks."""
+    if os.geteuid() != 0:
+        pytest.skip("the twin's emulator runs as root")
+    from twin.emulator.blockstore import written_chunks
+    from twin.emulator.faults import Faults
+    from twin.emulator.server import Emulator
+
+    written = {0: _pattern(0), 2: bytes(BLOCK), 9: _pattern(9), 30: _pattern(30)}
+    image = _image(tmp_path / "disk.img", written, 32 * BLOCK)
+    with Emulator(tmp_path / "emu", Faults()) as emu:
+        env = {**ENV, "AWS_ENDPOINT_URL_EBS": emu.endpoint, "AWS_REGION": emu.region}
+        args = ["put-snapshot", str(image), "--size-gib", "1", "--tag", "k=v", "--verify"]
+        run = sparsecopy(*args, "--description", "direct", env=env)
+        assert run.returncode == 0, run.stderr
+        sid = run.summary["snapshotId"]
+        assert run.summary["blocks"] == 3 and run.summary["verifiedBlocks"] == 3
+        assert sorted(written_chunks(emu.snapshot_file(sid))) == [0, 9, 30]
+        snap = emu.boto3_client("ec2").describe_snapshots(SnapshotIds=[sid])["Snapshots"][0]
+        assert snap["Description"] == "direct" and {"Key": "k", "Value": "v"} in snap["Tags"]
