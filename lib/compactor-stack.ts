@@ -31,6 +31,9 @@ export interface WorkflowEnvironmentParts {
   readonly commandLogGroupName: string;
   readonly sourceBlocksBucketName: string;
   readonly batchResultsBucketName: string;
+  /** The data-plane program's file asset (lib/command-document.ts). */
+  readonly programBucketName: string;
+  readonly programKey: string;
 }
 
 /** The environment of every workflow task function (contract/environment.json, functions "workflow"). */
@@ -62,6 +65,8 @@ export function workflowEnvironment(
     COMPACTION_POLL_SECONDS: String(settings.compactionPoll.intervalSeconds),
     SOURCE_BLOCKS_BUCKET: parts.sourceBlocksBucketName,
     BATCH_RESULTS_BUCKET: parts.batchResultsBucketName,
+    PROGRAM_BUCKET: parts.programBucketName,
+    PROGRAM_KEY: parts.programKey,
   });
 }
 
@@ -158,6 +163,8 @@ export class CompactorStack extends Stack {
         commandLogGroupName: dataPlane.commandLogGroup.logGroupName,
         sourceBlocksBucketName: dataPlane.sourceBlocks.bucket.bucketName,
         batchResultsBucketName: dataPlane.batchResults.bucket.bucketName,
+        programBucketName: dataPlane.document.program.s3BucketName,
+        programKey: dataPlane.document.program.s3ObjectKey,
       }),
     });
     taskRole.allowLogging(tasks.logGroupArns);
@@ -206,6 +213,7 @@ export class CompactorStack extends Stack {
       amiParameterName: d.transfer.amiParameterName,
       instanceRole: d.transfer.role,
       documentName: d.document.documentName,
+      programObjectArn: d.document.programObjectArn,
       commandLogGroupArn: d.commandLogGroup.logGroupArn,
       kmsKeyArns: this.settings.kmsKeyArns ?? [
         this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),

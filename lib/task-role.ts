@@ -16,6 +16,8 @@ export interface TaskRoleProps {
   readonly amiParameterName: string;
   readonly instanceRole: iam.IRole;
   readonly documentName: string;
+  /** The data-plane program's asset object: start_compaction signs the instance's GET of it (lib/command-document.ts). */
+  readonly programObjectArn: string;
   /** check_compaction reads the tail of the command's stderr stream here (its progress lines). */
   readonly commandLogGroupArn: string;
   /** Keys the workflow may use through EC2. */
@@ -354,6 +356,13 @@ function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
       // start_compaction signs the instance's GET with this role, so the instance role needs no S3 grant.
       actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
       resources: [c.props.sourceBlocksBucket.arnForObjects('*')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'SignTheInstancesGetOfTheProgram',
+      // The data-plane program (a file asset in the CDK bootstrap bucket), this object only: start_compaction
+      // presigns its GET, so the instance role needs no S3 grant; the document pins the program's SHA-256.
+      actions: ['s3:GetObject'],
+      resources: [c.props.programObjectArn],
     }),
     new iam.PolicyStatement({
       sid: 'FindAnExecutionsBlockLists',

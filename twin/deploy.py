@@ -3,12 +3,14 @@
 Custom resources are not run: the AwsCustomResource (Custom::AWS) lookups and CDK's
 Custom::S3AutoDeleteObjects (which empties a bucket when the stack is deleted; the twin never
 deletes the stack) are left out, their provider functions are registered like any function and
-never invoked. S3 buckets are created in moto's S3 with their encryption, public access block,
-ownership, versioning, tags and lifecycle (decoration: the twin does not expire objects). Their
-AWS::S3::BucketPolicy is resolved (Deployment.bucket_policies) but not put on moto's bucket: moto
-enforces a bucket policy's Deny statements without their conditions, so the enforce-SSL statement
-would refuse every request; the IAM check judges each S3 call against the policy with its
-conditions instead (twin/iam/check.py).
+never invoked. The file assets of the cloud assembly (*.assets.json; the data-plane program) are
+uploaded into the CDK bootstrap bucket they name, as `cdk deploy` publishes them (the directory
+assets, the functions' code, are run from cdk.out instead). S3 buckets are created in moto's S3
+with their encryption, public access block, ownership, versioning, tags and lifecycle
+(decoration: the twin does not expire objects). Their AWS::S3::BucketPolicy is resolved
+(Deployment.bucket_policies) but not put on moto's bucket: moto enforces a bucket policy's Deny
+statements without their conditions, so the enforce-SSL statement would refuse every request; the
+IAM check judges each S3 call against the policy with its conditions instead (twin/iam/check.py).
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     # Names and ARNs first: environments and the definition refer to them.
     _name_resources(d, template)
     _deploy_buckets(emu, d, r, template)
+    publish_file_assets(emu, r, cdk_out)
     _deploy_network(emu, d, r, template)
     _deploy_launch_templates(emu, d, r, template)
     _deploy_logs_and_documents(emu, d, r, template)
@@ -192,6 +195,32 @@ def _deploy_buckets(emu: Emulator, d: Deployment, r: Resolver, template: dict[st
             raise TemplateError(f"{logical}: a policy of bucket {props['Bucket']}, not the stack's")
         d.bucket_policies[props["Bucket"]] = props["PolicyDocument"]
         d.physical[logical] = props["Bucket"]
+
+
+def publish_file_assets(emu: Emulator, r: Resolver, cdk_out: Path) -> list[str]:
+    """Upload every file asset of the cloud assembly to its destination bucket and key, creating
+    the (bootstrap) bucket if the emulator has none yet, as `cdk bootstrap` + `cdk deploy` would.
+    Returns the s3://bucket/key URLs written."""
+    s3 = emu.boto3_client("s3")
+    written = []
+    for manifest in sorted(cdk_out.glob("*.assets.json")):
+        for asset_hash, asset in json.loads(manifest.read_text()).get("files", {}).items():
+            source = asset["source"]
+            if source.get("packaging", "file") != "file":
+                continue  # a directory zipped at publish time (function code): run from cdk.out
+            path = cdk_out / source["path"]
+            if not path.is_file():
+                raise TemplateError(f"file asset {asset_hash}: {path} does not exist")
+            for destination in asset["destinations"].values():
+                bucket = r.sub(destination["bucketName"])
+                key = r.sub(destination["objectKey"])
+                try:
+                    s3.head_bucket(Bucket=bucket)
+                except ClientError:
+                    s3.create_bucket(Bucket=bucket)
+                s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+                written.append(f"s3://{bucket}/{key}")
+    return written
 
 
 def _deploy_network(emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]) -> None:

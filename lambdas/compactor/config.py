@@ -64,6 +64,9 @@ class Config:
     source_blocks_bucket: str = ""
     # the stack's bucket for batch results (the Map's result files, batch reports)
     batch_results_bucket: str = ""
+    # the data-plane program (the stack's file asset): start_compaction presigns its GET
+    program_bucket: str = ""
+    program_key: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -82,13 +85,7 @@ class Config:
                 f"VOLUME_INITIALIZATION_RATE={rate} is invalid: use 0 (off) or "
                 f"{VOLUME_INITIALIZATION_RATE_MIN}-{VOLUME_INITIALIZATION_RATE_MAX} MiB/s"
             )
-        root_device_name = env.matching("ROOT_DEVICE_NAME", _ROOT_DEVICE_NAME)
-        if _DATA_DEVICE_NAME.match(root_device_name):
-            raise ConfigError(
-                f"ROOT_DEVICE_NAME={root_device_name!r} is invalid: /dev/sdf-/dev/sdy are the "
-                "source and target volumes' device names; use the launch template's root device "
-                "(e.g. /dev/xvda)"
-            )
+        root_device_name = _root_device_name(env)
         return cls(
             stack_name=env.text("STACK_NAME"),
             subnet_ids=env.id_list("SUBNET_IDS", _SUBNET_ID),
@@ -124,7 +121,20 @@ class Config:
             ),
             source_blocks_bucket=env.text("SOURCE_BLOCKS_BUCKET"),
             batch_results_bucket=env.text("BATCH_RESULTS_BUCKET"),
+            program_bucket=env.text("PROGRAM_BUCKET"),
+            program_key=env.text("PROGRAM_KEY"),
         )
+
+
+def _root_device_name(env: _Env) -> str:
+    root_device_name = env.matching("ROOT_DEVICE_NAME", _ROOT_DEVICE_NAME)
+    if _DATA_DEVICE_NAME.match(root_device_name):
+        raise ConfigError(
+            f"ROOT_DEVICE_NAME={root_device_name!r} is invalid: /dev/sdf-/dev/sdy are the "
+            "source and target volumes' device names; use the launch template's root device "
+            "(e.g. /dev/xvda)"
+        )
+    return root_device_name
 
 
 class _Env:

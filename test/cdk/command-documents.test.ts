@@ -1,4 +1,4 @@
-import { spawnSync } from 'child_process';
+import { ChildProcess, spawn, spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
@@ -9,6 +9,8 @@ import {
   MAX_DOCUMENT_BYTES,
   PROGRAM_PLACEHOLDER,
   programArchive,
+  programFile,
+  programSha256,
   renderCommandDocument,
   SPARSECOPY_DIR,
   SSM_DOCUMENTS_DIR,
@@ -75,7 +77,7 @@ describe.each(DOCUMENTS)('Command document %s', (_name, file) => {
   });
 });
 
-describe('the embedded data-plane program', () => {
+describe('the data-plane program (a file asset the document pins)', () => {
   test("is byte-identical whatever the files' times, the time zone or the run (fixed 1980-01-01 mtime)", () => {
     const archive = programArchive();
     expect(programArchive().equals(archive)).toBe(true);
@@ -143,26 +145,66 @@ describe('the embedded data-plane program', () => {
     }
   });
 
-  test('the rendered document embeds it and stays under the 64 KB SSM limit', () => {
+  test('is written once, under a path named by its hash, for the asset (same bytes, same path)', () => {
+    const archive = programArchive();
+    const file = programFile(archive);
+    expect(path.basename(path.dirname(file))).toBe(
+      `ebs-snapshot-compactor-sparsecopy-${programSha256(archive)}`,
+    );
+    expect(fs.readFileSync(file).equals(archive)).toBe(true);
+    expect(programFile(archive)).toBe(file);
+  });
+
+  test('the rendered document pins its SHA-256, not the program, and stays far under the 64 KB SSM limit', () => {
     const content = renderCommandDocument();
     const size = Buffer.byteLength(JSON.stringify(content));
-    expect(size).toBeLessThan(MAX_DOCUMENT_BYTES);
+    // 65,241 bytes with the program embedded as base64 (before issue #11); the two presigned URLs count too
+    expect(size).toBeLessThan(8 * 1024);
+    expect(size + 2 * 4008).toBeLessThan(MAX_DOCUMENT_BYTES);
     const script = scripts(content).join('\n');
     expect(script).not.toContain(PROGRAM_PLACEHOLDER);
-    expect(script).toContain(programArchive().toString('base64'));
+    expect(script).not.toContain(programArchive().toString('base64').slice(0, 200));
+    expect(script.split(programSha256(programArchive())).length - 1).toBe(2);
   });
 });
 
 /**
- * The compact-volumes script is decode-and-run: it re-runs itself under bash, decodes the embedded program and
- * hands every parameter, as it is, to `sparsecopy job` (ssm-documents/sparsecopy/job.py, tested in
+ * The compact-volumes script is fetch-check-and-run: it re-runs itself under bash, fetches the program from
+ * ProgramUrl (start_compaction's presigned GET of the asset), runs it only if its SHA-256 is the pinned one and
+ * hands every other parameter, as it is, to `sparsecopy job` (ssm-documents/sparsecopy/job.py, tested in
  * test/dataplane/test_job.py). Run here the way the SSM agent runs it (`sh _script.sh`, parameters substituted
- * into the text) with the real program and Python.
+ * into the text) with the real program and Python, served by a local HTTP server.
  */
 describe('the compact-volumes script', () => {
   const content = renderCommandDocument();
   const script = scripts(content).join('\n');
+  const served = tempDir('served-');
+  let server: ChildProcess;
+  let base = '';
+
+  beforeAll(async () => {
+    fs.writeFileSync(path.join(served, 'sparsecopy.pyz'), programArchive());
+    // the same program with one byte more: a swapped object
+    fs.writeFileSync(path.join(served, 'other.pyz'), Buffer.concat([programArchive(), Buffer.from('\n')]));
+    server = spawn(PYTHON, ['-u', '-m', 'http.server', '0', '--bind', '127.0.0.1', '--directory', served], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    base = await new Promise<string>((resolve, reject) => {
+      server.stdout!.on('data', (chunk: Buffer) => {
+        const port = /port (\d+)/.exec(chunk.toString());
+        if (port) resolve(`http://127.0.0.1:${port[1]}`);
+      });
+      server.on('exit', (code) => reject(new Error(`http.server exited ${code}`)));
+    });
+  });
+
+  afterAll(() => {
+    server?.kill();
+    fs.rmSync(served, { recursive: true, force: true });
+  });
+
   const PARAMETERS = {
+    ProgramUrl: 'set in runScript',
     SourceVolumeIds: 'vol-0000000000000000a,vol-0000000000000000b',
     TargetVolumeIds: 'vol-1111111111111111a,vol-1111111111111111b',
     SourceDeviceNames: '/dev/sdf,/dev/sdg',
@@ -175,17 +217,19 @@ describe('the compact-volumes script', () => {
     Mode: 'copy',
   };
 
-  test('is the short decode-and-run: a dozen lines of shell besides the program', () => {
-    const shell = script
-      .split('\n')
-      .filter((line) => line.trim() !== '' && !line.includes(programArchive().toString('base64')));
-    expect(shell.length).toBeLessThanOrEqual(14);
+  test('is the short fetch-check-and-run: about a dozen lines of shell', () => {
+    const shell = script.split('\n').filter((line) => line.trim() !== '');
+    expect(shell.length).toBeLessThanOrEqual(16);
     expect(script).toMatch(/^#!\/bin\/bash\n/);
     expect(script).toContain('exec /bin/bash "$0" "$@"');
-    expect(script).toContain('base64 -d');
+    expect(script).toContain(`--output "$work/sparsecopy.pyz" '{{ ProgramUrl }}'`);
+    expect(script).toContain(
+      `echo '${programSha256(programArchive())}  '"$work/sparsecopy.pyz" | sha256sum --check`,
+    );
     expect(script).toContain('trap \'rm -rf "$work"\' EXIT');
-    // no per-volume loop, no fetch, no JSON in the shell: the program does all of it
-    expect(script).not.toMatch(/\bfor\b|\bcurl\b|\btar\b|json/);
+    // one fetch (the program); no per-volume loop, no block-list fetch, no tar in the shell: the program does it
+    expect(script.match(/^\s*curl /gm)).toHaveLength(1);
+    expect(script).not.toMatch(/\bfor\b|\btar\b|source-blocks\.tar/);
   });
 
   test('passes every parameter but TimeoutSeconds to `sparsecopy job`, each in single quotes', () => {
@@ -201,7 +245,9 @@ describe('the compact-volumes script', () => {
       Mode: '--mode',
     };
     expect(script).toMatch(/python3 "\$work\/sparsecopy\.pyz" job /);
-    expect(Object.keys(content.parameters).sort()).toEqual([...Object.keys(flags), 'TimeoutSeconds'].sort());
+    expect(Object.keys(content.parameters).sort()).toEqual(
+      [...Object.keys(flags), 'ProgramUrl', 'TimeoutSeconds'].sort(),
+    );
     for (const [name, flag] of Object.entries(flags)) {
       expect(script).toContain(`${flag} '{{ ${name} }}'`);
     }
@@ -216,7 +262,7 @@ describe('the compact-volumes script', () => {
       const byId = path.join(dir, 'by-id');
       fs.mkdirSync(tmp);
       fs.mkdirSync(byId);
-      const values = { ...PARAMETERS, ...parameters };
+      const values = { ...PARAMETERS, ProgramUrl: `${base}/sparsecopy.pyz`, ...parameters };
       for (const [name, value] of Object.entries(values)) {
         expect(value).toMatch(new RegExp(content.parameters[name].allowedPattern as string));
       }
@@ -244,7 +290,29 @@ describe('the compact-volumes script', () => {
     }
   }
 
-  test('runs the embedded job: a volume that is not attached is one JSON error line, exit 1, temp dir removed', () => {
+  test('a program that is not the pinned one never runs: one JSON error line, exit 1, temp dir removed', () => {
+    const run = runScript({ ProgramUrl: `${base}/other.pyz` });
+    expect(run.stderr).not.toContain('sparsecopy:');
+    expect(run.status).toBe(1);
+    expect(run.stdoutLines.map((line) => JSON.parse(line))).toEqual([
+      {
+        error: `the fetched data-plane program is not the one this document pins (SHA-256 ${programSha256(programArchive())})`,
+      },
+    ]);
+    expect(run.leftInTmp).toEqual([]);
+  });
+
+  test('a program that cannot be fetched is one JSON error line, exit 1 (HTTP 404: curl does not retry)', () => {
+    const run = runScript({ ProgramUrl: `${base}/missing.pyz` });
+    expect(run.status).toBe(1);
+    expect(run.stdoutLines.map((line) => JSON.parse(line))).toEqual([
+      { error: 'could not fetch the data-plane program (curl exit 22; does the subnet reach S3?)' },
+    ]);
+    expect(run.stderr).toContain('404');
+    expect(run.leftInTmp).toEqual([]);
+  });
+
+  test('runs the fetched job: a volume that is not attached is one JSON error line, exit 1, temp dir removed', () => {
     const run = runScript({});
     expect(run.stderr).toContain('sparsecopy: volume 1/2: vol-0000000000000000a -> vol-1111111111111111a');
     expect(run.status).toBe(1);
@@ -342,6 +410,40 @@ describe('the SourceBlocksUrl parameter', () => {
 
   test('accepts 4,000 characters after the scheme', () => {
     expect(pattern.test(`https://${'k'.repeat(4000)}`)).toBe(true);
+  });
+
+  test("ProgramUrl takes what start_compaction presigns for the program's asset object, and never no URL", () => {
+    const programPattern = new RegExp(renderCommandDocument().parameters.ProgramUrl.allowedPattern as string);
+    const result = spawnSync(
+      PYTHON,
+      [
+        '-c',
+        'import sys\nfrom compactor import source_blocks\nprint(source_blocks.presigned_url(sys.argv[1], sys.argv[2]))',
+        'cdk-hnb659fds-assets-123456789012-eu-west-1',
+        `${'0123456789abcdef'.repeat(4)}.pyz`,
+      ],
+      {
+        cwd: LAMBDAS_DIR,
+        encoding: 'utf8',
+        env: {
+          PATH: process.env.PATH,
+          PYTHONPATH: LAMBDAS_DIR,
+          AWS_DEFAULT_REGION: 'eu-west-1',
+          AWS_ACCESS_KEY_ID: 'ASIAEXAMPLEEXAMPLE12',
+          AWS_SECRET_ACCESS_KEY: 'x'.repeat(40),
+          AWS_SESSION_TOKEN: 'IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ+/='
+            .repeat(30)
+            .slice(0, 1400),
+          POWERTOOLS_TRACE_DISABLED: 'true',
+        },
+      },
+    );
+    expect(result.stderr).toBe('');
+    const url = result.stdout.trim();
+    expect(new URL(url).host).toBe('cdk-hnb659fds-assets-123456789012-eu-west-1.s3.eu-west-1.amazonaws.com');
+    expect({ url, ok: programPattern.test(url) }).toEqual({ url, ok: true });
+    expect(programPattern.test('')).toBe(false);
+    expect(programPattern.test("https://b.s3.amazonaws.com/k?a='$(reboot)'")).toBe(false);
   });
 
   /**

@@ -11,6 +11,7 @@ import {
   DEFAULT_STACK_MODULES,
   writeLambdaAsset,
 } from '../../lib/task-functions';
+import { programArchive, programSha256 } from '../../lib/command-document';
 import { synthTemplate } from './support';
 
 const STACK_TAG = 'ebs-snapshot-compactor:stack';
@@ -103,6 +104,9 @@ describe('default stack', () => {
       COMPACTION_POLL_SECONDS: '120',
       SOURCE_BLOCKS_BUCKET: { Ref: Match.stringLikeRegexp('^SourceBlocksBucket') },
       BATCH_RESULTS_BUCKET: { Ref: Match.stringLikeRegexp('^BatchResultsBucket') },
+      // the data-plane program's file asset in the CDK bootstrap bucket (lib/command-document.ts)
+      PROGRAM_BUCKET: { 'Fn::Sub': 'cdk-hnb659fds-assets-${AWS::AccountId}-${AWS::Region}' },
+      PROGRAM_KEY: Match.stringLikeRegexp('^[0-9a-f]{64}\\.pyz$'),
       ALLOW_ON_DEMAND: 'true',
       SOURCE_VOLUME_IOPS: '16000',
       SOURCE_VOLUME_THROUGHPUT: '1000',
@@ -328,10 +332,30 @@ describe('default stack', () => {
       (s) =>
         actionsOf(s).some((a) => a.startsWith('s3:')) && !JSON.stringify(s.Resource).includes('BatchResults'),
     );
+    // and the one object of the data-plane program, whose GET start_compaction presigns for the instance
+    const programKey = Object.values(compactorFunctions(template)).find(isWorkflowFunction)!.Properties
+      .Environment.Variables.PROGRAM_KEY;
+    expect(programKey).toMatch(/^[0-9a-f]{64}\.pyz$/);
     expect(s3.map((s) => [actionsOf(s).sort(), s.Resource, s.Condition])).toEqual([
       [
         ['s3:DeleteObject', 's3:GetObject', 's3:PutObject'],
         { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, '/*']] },
+        undefined,
+      ],
+      [
+        ['s3:GetObject'],
+        {
+          'Fn::Join': [
+            '',
+            [
+              'arn:',
+              { Ref: 'AWS::Partition' },
+              ':s3:::',
+              { 'Fn::Sub': 'cdk-hnb659fds-assets-${AWS::AccountId}-${AWS::Region}' },
+              `/${programKey}`,
+            ],
+          ],
+        },
         undefined,
       ],
       [['s3:ListBucket'], { 'Fn::GetAtt': [bucketId, 'Arn'] }, undefined],
@@ -572,15 +596,16 @@ describe('default stack', () => {
     ).toBe('Gateway');
   });
 
-  test('the Command document is loaded with the program embedded', () => {
+  test('the Command document pins the program (its SHA-256), which ships as a file asset', () => {
     const documents = Object.values(template.findResources('AWS::SSM::Document'));
     expect(documents).toHaveLength(1);
     expect(documents[0].Properties.DocumentType).toBe('Command');
     const content = documents[0].Properties.Content;
     expect(content.schemaVersion).toBe('2.2');
     const script = content.mainSteps[0].inputs.runCommand.join('\n');
-    expect(script).not.toContain('__SPARSECOPY_PYZ_BASE64__');
-    expect(script).toMatch(/^UEsDB[A-Za-z0-9+/=]+$/m); // base64 of a zip ("PK\x03\x04")
+    expect(script).not.toContain('__SPARSECOPY_PYZ_SHA256__');
+    expect(script).toContain(`echo '${programSha256(programArchive())}  '`);
+    expect(script).not.toMatch(/^UEsDB/m); // no base64 zip ("PK\x03\x04") any more
   });
 
   test('log groups have a retention; the state machine logs ALL with execution data and traces', () => {

@@ -20,6 +20,9 @@ EXECUTION = "exec-1"
 TRIGGER_TAG = "compact"
 BUCKET = "compactor-test-source-blocks"
 BATCH_BUCKET = "compactor-test-batch-results"
+# the data-plane program's file asset (the CDK bootstrap bucket, lib/command-document.ts)
+PROGRAM_BUCKET = "cdk-hnb659fds-assets-123456789012-us-east-1"
+PROGRAM_KEY = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.pyz"
 DOCUMENT = "compactor-test-CompactVolumes"
 DOCUMENT_YAML = """
 schemaVersion: '2.2'
@@ -33,6 +36,7 @@ parameters:
   Jobs: {type: String}
   Verify: {type: String, allowedValues: ['true', 'false']}
   SourceBlocksUrl: {type: String, default: ''}
+  ProgramUrl: {type: String}
   TimeoutSeconds: {type: String, default: '172800'}
 mainSteps:
   - action: aws:runShellScript
@@ -175,6 +179,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "COMPACTION_POLL_SECONDS": "120",
             "SOURCE_BLOCKS_BUCKET": BUCKET,
             "BATCH_RESULTS_BUCKET": BATCH_BUCKET,
+            "PROGRAM_BUCKET": PROGRAM_BUCKET,
+            "PROGRAM_KEY": PROGRAM_KEY,
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)

@@ -10,6 +10,8 @@ from compactor.handlers import check_compaction, start_compaction
 from conftest import (
     DOCUMENT,
     EXECUTION,
+    PROGRAM_BUCKET,
+    PROGRAM_KEY,
     World,
     listed_blocks,
     ready_instance,
@@ -60,6 +62,10 @@ def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
     assert request["DocumentName"] == DOCUMENT
     url = request["Parameters"].pop("SourceBlocksUrl")[0]
     assert f"/{EXECUTION}/source-blocks.tar.gz?" in url and "X-Amz-Signature=" in url
+    # the program: a presigned GET of the stack's file asset (the document pins its SHA-256)
+    program = request["Parameters"].pop("ProgramUrl")[0]
+    assert f"{PROGRAM_BUCKET}" in program and f"/{PROGRAM_KEY}?" in program
+    assert "X-Amz-Signature=" in program and "X-Amz-Expires=3600" in program
     assert request["Parameters"] == {
         "SourceVolumeIds": [volume["sourceVolumeId"]],
         "TargetVolumeIds": [volume["targetVolumeId"]],

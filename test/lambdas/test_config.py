@@ -28,6 +28,8 @@ VALID = {
     "COMPACTION_POLL_SECONDS": "120",
     "SOURCE_BLOCKS_BUCKET": "compactor-sourceblocksbucket-0123",
     "BATCH_RESULTS_BUCKET": "compactor-batchresultsbucket-0123",
+    "PROGRAM_BUCKET": "cdk-hnb659fds-assets-123456789012-us-east-1",
+    "PROGRAM_KEY": "0123abcd.pyz",
 }
 
 
@@ -99,6 +101,8 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("COMPACTION_POLL_SECONDS", "", "missing or empty"),
         ("SOURCE_BLOCKS_BUCKET", "", "missing or empty"),
         ("BATCH_RESULTS_BUCKET", "", "missing or empty"),
+        ("PROGRAM_BUCKET", "", "missing or empty"),
+        ("PROGRAM_KEY", "", "missing or empty"),
     ],
 )
 def test_an_invalid_value_is_explained(name: str, value: str, complaint: str) -> None:

@@ -118,7 +118,7 @@ def test_copy_mode_needs_every_target(world: World) -> None:
     from compactor.ssm.commands import document_parameters
 
     with pytest.raises(errors.InvalidInput, match="no targetVolumeId"):
-        document_parameters(plan, attached, "https://example.com/b")  # type: ignore[arg-type]
+        document_parameters(plan, attached, "https://example.com/b", "https://example.com/p")  # type: ignore[arg-type]
 
 
 def test_check_compaction_returns_the_inspect_line_unchanged(world: World) -> None:

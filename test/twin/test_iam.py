@@ -64,10 +64,13 @@ def test_every_call_of_the_lambdas_is_recorded_and_allowed(recorded_run: dict[st
     ):  # fmt: skip
         assert action in actions, sorted(actions)
     assert all(c["caller"] for c in calls)
-    # the instance's curl of the presigned bundle URL is judged as the function that signed it
+    # the instance's fetches of presigned URLs (the document's curl of the program, the program's
+    # fetch of the block-list bundle) are judged as the function that signed them
     presigned = [c for c in calls if c["params"].get("Presigned")]
-    assert [(c["service"], c["action"]) for c in presigned] == [("s3", "GetObject")]
-    assert "StartCompaction" in presigned[0]["caller"]
+    assert [(c["service"], c["action"]) for c in presigned] == [("s3", "GetObject")] * 2
+    assert all("StartCompaction" in c["caller"] for c in presigned)
+    assert presigned[0]["params"]["Key"].endswith(".pyz")
+    assert presigned[1]["params"]["Key"].endswith("/source-blocks.tar.gz")
     denials = iam_check.check_calls(
         recorded_run["calls"], recorded_run["deployment"], cdk_out=recorded_run["cdk_out"]
     )
@@ -81,7 +84,7 @@ def test_every_call_of_the_lambdas_is_recorded_and_allowed(recorded_run: dict[st
         ("ec2:TerminateInstances", "ec2:TerminateInstances"),
         ("iam:PassRole", "ec2:RunInstances"),  # implied: the launch template's instance profile
         ("ebs:ListSnapshotBlocks", "ebs:ListSnapshotBlocks"),
-        ("s3:GetObject", "s3:GetObject"),  # list_source_blocks' parts and the presigned GET
+        ("s3:GetObject", "s3:GetObject"),  # list_source_blocks' parts and the presigned GETs
     ],
 )
 def test_removing_a_grant_is_reported(

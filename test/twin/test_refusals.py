@@ -61,6 +61,8 @@ def config(emu: Emulator, compactor_modules: Any) -> Any:
             "DOCUMENT_NAME": "twin-refusals-CompactVolumes",
             "SOURCE_BLOCKS_BUCKET": "twin-refusals-sourceblocks",
             "BATCH_RESULTS_BUCKET": "twin-refusals-batchresults",
+            "PROGRAM_BUCKET": "cdk-hnb659fds-assets-123456789012-us-east-1",
+            "PROGRAM_KEY": "0123abcd.pyz",
             "COMMAND_LOG_GROUP": "/twin-refusals/commands",
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": "compact",

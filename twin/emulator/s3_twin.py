@@ -11,11 +11,16 @@ service's throttling answer, who signed a presigned URL, and what is left in the
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
 from moto.s3.models import s3_backends
+
+# The CDK bootstrap bucket (DefaultStackSynthesizer: cdk-<qualifier>-assets-<account>-<region>):
+# it holds the stack's file assets (twin/deploy.py publishes them), not a run's objects.
+BOOTSTRAP_ASSETS_BUCKET = re.compile(r"^cdk-[a-z0-9]+-assets-[0-9]{12}-[a-z0-9-]+$")
 
 SIGV2_MESSAGE = (
     "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
@@ -67,10 +72,12 @@ def throttling_response() -> tuple[str, list[tuple[str, str]], bytes]:
 
 
 def objects_left(account: str) -> list[str]:
-    """Every object in every bucket of the emulator, as s3://bucket/key (the twin's buckets are
-    the stack's: a run must leave them empty)."""
+    """Every object in every bucket of the emulator but the CDK bootstrap bucket (the deployed
+    assets), as s3://bucket/key (the other buckets are the stack's: a run must leave them empty)."""
     left = []
     for bucket in list(s3_backends[account]["aws"].buckets.values()):
+        if BOOTSTRAP_ASSETS_BUCKET.match(bucket.name):
+            continue
         for key in list(bucket.keys.keys()):
             left.append(f"s3://{bucket.name}/{key}")
     return sorted(left)

@@ -36,7 +36,7 @@ RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
 
 
 def document_parameters(
-    plan: Plan, attached: AttachResult, source_blocks_url: str
+    plan: Plan, attached: AttachResult, source_blocks_url: str, program_url: str
 ) -> dict[str, list[str]]:
     volumes = sorted(attached["volumes"], key=lambda v: v["index"])
     sources = ",".join(v["sourceVolumeId"] for v in volumes)
@@ -45,6 +45,7 @@ def document_parameters(
     # (and a document without the Mode parameter would refuse to copy a device onto itself)
     dry_run = bool(plan.get("dryRun"))
     return {
+        "ProgramUrl": [program_url],
         "SourceBlocksUrl": [source_blocks_url],
         "SourceVolumeIds": [sources],
         "TargetVolumeIds": [sources if dry_run else ",".join(_targets(volumes, "targetVolumeId"))],
@@ -85,10 +86,13 @@ def start(
             "runs only after list_source_blocks says complete"
         )
     url = source_blocks.presigned_url(config.source_blocks_bucket, str(listed["bundleKey"]))
+    # the data-plane program (the stack's file asset); the document runs it only if its SHA-256 is
+    # the one pinned at synth
+    program_url = source_blocks.presigned_url(config.program_bucket, config.program_key)
     command = aws.ssm().send_command(
         InstanceIds=[instance["instanceId"]],
         DocumentName=config.document_name,
-        Parameters=document_parameters(plan, attached, url),
+        Parameters=document_parameters(plan, attached, url, program_url),
         TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
         Comment=f"ebs-snapshot-compactor {plan['executionName']}"[:100],
         CloudWatchOutputConfig={
