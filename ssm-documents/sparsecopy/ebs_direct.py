@@ -23,8 +23,9 @@ from urllib.parse import quote, urlsplit
 
 from . import sigv4
 from .credentials import CredentialSource
+from .source_blocks import BLOCK_SIZE
 
-BLOCK = 524288
+BLOCK = BLOCK_SIZE  # the EBS snapshot block, 512 KiB
 SERVICE = "ebs"
 RETRYABLE_CODES = frozenset(
     (

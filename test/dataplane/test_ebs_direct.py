@@ -8,6 +8,8 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
-from conftest import sparsecopy
+from conftest import PROGRAM, sparsecopy
 from sparsecopy import credentials, ebs_direct, put_snapshot, sigv4
 from sparsecopy.errors import Failure
 
@@ -295,6 +297,26 @@ def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
     assert snap.spec["Tags"] == [{"Key": "a", "Value": "b"}, {"Key": "Name", "Value": "x=y"}]
     assert snap.spec["Description"] == "d" and snap.spec["VolumeSize"] == 1
     assert "put-snapshot: 100.0% " in run.stderr and ", bytes " in run.stderr
+
+
+PYTHON_39 = [
+    p
+    for p in (shutil.which("python3.9"), "/root/.pyenv/versions/3.9.18/bin/python3.9")
+    if p and Path(p).is_file() and "shims" not in p
+]
+
+
+@pytest.mark.skipif(not PYTHON_39, reason="no Python 3.9 interpreter here")
+def test_put_snapshot_runs_on_python_39(tmp_path: Path, ebs: StandIn) -> None:
+    """AL2023's python3 is 3.9: the whole put-snapshot path (threads, http.client, SigV4) on it."""
+    image = _image(tmp_path / "disk.img", {2: _pattern(2), 5: _pattern(5)}, 8 * BLOCK)
+    env = {**os.environ, **ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
+    args = [PYTHON_39[0], str(PROGRAM), "put-snapshot", str(image), "--size-gib", "1", "--verify"]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["verifiedBlocks"] == 2
+    assert ebs.snapshots[summary["snapshotId"]].blocks == {2: _pattern(2), 5: _pattern(5)}
 
 
 def test_checksum_mismatch_never_completes_and_names_the_open_snapshot(
