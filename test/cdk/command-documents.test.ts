@@ -139,7 +139,7 @@ describe('the data-plane program (a file asset the document pins)', () => {
       const result = spawnSync(PYTHON, [pyz, '--help'], { encoding: 'utf8', cwd: dir });
       expect(result.stderr).toBe('');
       expect(result.status).toBe(0);
-      expect(result.stdout).toMatch(/\{copy,inspect,device,job\}/);
+      expect(result.stdout).toMatch(/\{copy,inspect,device,job,put-snapshot\}/);
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
