@@ -10,7 +10,8 @@ GetSnapshotBlock (GET /snapshots/ID/blocks/N?blockToken=T). Every request sleeps
 seconds while it counts as in flight; above ``max_concurrency`` requests in flight the answer is
 ConcurrentLimitExceededException (400). Faults: ``throttle_puts`` (the next N puts answer
 RequestThrottledException), ``throttle_all`` (every put does), ``fail_puts`` (the next N puts
-answer InternalServerException, 500), ``corrupt_blocks`` (the server sees those blocks' data
+answer InternalServerException, 500), ``drop_puts`` (the next N puts get the connection
+closed without an answer), ``corrupt_blocks`` (the server sees those blocks' data
 altered, so their checksum never matches). Checks: SigV4 (with botocore, when ``credentials``
 are given), the block checksum, DataLength, the block index against VolumeSize, the changed
 block count and the LINEAR aggregated checksum at completion (mismatch: ValidationException, the
@@ -101,6 +102,7 @@ class StandIn:
         self.throttle_puts = 0
         self.throttle_all = False
         self.fail_puts = 0
+        self.drop_puts = 0
         self.corrupt_blocks: set[int] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -185,6 +187,9 @@ class StandIn:
             if self.fail_puts > 0:
                 self.fail_puts -= 1
                 raise ApiFault(500, "InternalServerException", "try again")
+            if self.drop_puts > 0:
+                self.drop_puts -= 1
+                raise ApiFault(0, "", "connection dropped")  # the handler closes, no answer
 
     def put(
         self, snap: Snapshot, index: int, headers: Any, body: bytes
@@ -348,6 +353,9 @@ def _handler(stand_in: StandIn) -> type[BaseHTTPRequestHandler]:
             )
 
         def _error(self, fault: ApiFault) -> None:
+            if fault.status == 0:  # drop_puts: close the connection without an answer
+                self.close_connection = True
+                return
             doc = {"message": fault.message, **({"Reason": fault.reason} if fault.reason else {})}
             self._send(
                 fault.status,

@@ -342,13 +342,13 @@ def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
 ) -> None:
     blocks = {i: _pattern(i) for i in range(0, 24, 3)}
     image = _image(tmp_path / "disk.img", blocks, 24 * BLOCK)
-    ebs.throttle_puts, ebs.fail_puts = 6, 3
+    ebs.throttle_puts, ebs.fail_puts, ebs.drop_puts = 6, 3, 2
     client = _client(ebs)
     summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=3), client)
     snap = ebs.snapshots[str(summary["snapshotId"])]
     assert summary["status"] == "pending"  # CompleteSnapshot accepted: EBS seals it
     assert snap.advance().status == "completed" and snap.blocks == blocks
-    assert summary["retries"] == 9 == ebs.stats.throttled + 3
+    assert summary["retries"] == 11 == ebs.stats.throttled + 3 + 2
 
 
 def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: StandIn) -> None:
