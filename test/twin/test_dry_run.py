@@ -28,6 +28,7 @@ def dry_run(cdk_out: Path, tmp_path: Path, **options: Any) -> dict[str, Any]:
     assert report["leaked_resources"] == 0, report["leaks"]
     assert report["source_snapshot_unchanged"] is True
     assert report["iam_denials"] == []
+    assert report["holds"] is True
     assert not NO_OUTPUT_STATES & set(report["states_visited"])
     assert {"Dry run?", "Estimated", "Dry run teardown", "Dry run report"} <= set(
         report["states_visited"]
