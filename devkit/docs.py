@@ -123,10 +123,11 @@ def environment_table() -> str:
     return table(["variable", "set on", "read by", "meaning", "checked"], rows)
 
 
-def limits_table() -> str:
+def limits_table(prefix: str = "") -> str:
     rows = [
         [f"`{name}`", f"{number(limit['value'])} {limit['unit']}", limit["description"]]
         for name, limit in contract("limits")["limits"].items()
+        if name.startswith(prefix)
     ]
     return table(["limit", "value", "meaning"], rows)
 
@@ -266,6 +267,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "contract-task-summaries": task_summaries,
     "contract-environment": environment_table,
     "contract-limits": limits_table,
+    "batch-limits": lambda: limits_table("batch"),
     "contract-errors": errors_table,
     "contract-execution-input": execution_input_table,
     "settings": settings_table,

@@ -2,6 +2,20 @@ import { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
 
+/** The stack's buckets: SSE-S3, private, TLS only, owner-enforced, deleted with the stack; only their lifecycles differ. */
+function privateBucket(scope: Construct, lifecycleRules: s3.LifecycleRule[]): s3.Bucket {
+  return new s3.Bucket(scope, 'Bucket', {
+    encryption: s3.BucketEncryption.S3_MANAGED,
+    blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+    objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+    enforceSSL: true,
+    versioned: false,
+    lifecycleRules,
+    removalPolicy: RemovalPolicy.DESTROY,
+    autoDeleteObjects: true,
+  });
+}
+
 export interface SourceBlocksBucketProps {
   /** Objects must outlive the longest execution: a relaunch late in a run fetches the bundle again. */
   readonly stateMachineTimeoutMinutes: number;
@@ -18,18 +32,9 @@ export class SourceBlocksBucket extends Construct {
   constructor(scope: Construct, id: string, props: SourceBlocksBucketProps) {
     super(scope, id);
     const days = Math.ceil(props.stateMachineTimeoutMinutes / 1440) + 1;
-    this.bucket = new s3.Bucket(this, 'Bucket', {
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      enforceSSL: true,
-      versioned: false,
-      lifecycleRules: [
-        { expiration: Duration.days(days), abortIncompleteMultipartUploadAfter: Duration.days(1) },
-      ],
-      removalPolicy: RemovalPolicy.DESTROY,
-      autoDeleteObjects: true,
-    });
+    this.bucket = privateBucket(this, [
+      { expiration: Duration.days(days), abortIncompleteMultipartUploadAfter: Duration.days(1) },
+    ]);
   }
 }
 
@@ -53,23 +58,14 @@ export class BatchResultsBucket extends Construct {
 
   constructor(scope: Construct, id: string, props: BatchResultsBucketProps) {
     super(scope, id);
-    this.bucket = new s3.Bucket(this, 'Bucket', {
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-      enforceSSL: true,
-      versioned: false,
-      lifecycleRules: [
-        {
-          id: 'ExpireBatchResults',
-          prefix: `${BATCH_RESULTS_PREFIX}/`,
-          expiration: Duration.days(props.retentionDays),
-        },
-        // The ResultWriter uploads large result files in parts; a failed Map Run can leave parts behind.
-        { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
-      ],
-      removalPolicy: RemovalPolicy.DESTROY,
-      autoDeleteObjects: true,
-    });
+    this.bucket = privateBucket(this, [
+      {
+        id: 'ExpireBatchResults',
+        prefix: `${BATCH_RESULTS_PREFIX}/`,
+        expiration: Duration.days(props.retentionDays),
+      },
+      // The ResultWriter uploads large result files in parts; a failed Map Run can leave parts behind.
+      { id: 'AbortIncompleteUploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
+    ]);
   }
 }

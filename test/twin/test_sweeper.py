@@ -2,7 +2,8 @@
 (as if the cleanup rule's delivery was lost), leaves its transfer instance and volumes; the
 deployed sweep function keeps them within the grace period, and the sweeper run past the grace
 period removes them: nothing leaks. Every call the sweeper made (as the sweep function, through the
-emulator's IAM recorder) is allowed by the synthesized sweep role, and removing a grant is caught."""
+emulator's IAM recorder) is allowed by the synthesized sweep role, and removing a grant is
+caught."""
 
 from __future__ import annotations
 
