@@ -92,3 +92,26 @@ export function taskModule(template: Template, state: AslState): string {
   if (!module) throw new Error(`Task resource ${state.Resource} is not a function of the stack`);
   return module;
 }
+
+/** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
+export function successors(state: AslState): string[] {
+  return [
+    ...(state.Next ? [state.Next] : []),
+    ...(state.Choices ?? []).map((choice) => choice.Next),
+    ...(state.Default ? [state.Default] : []),
+    ...(state.Catch ?? []).map((c) => c.Next),
+  ];
+}
+
+/** Every state reachable from `from` (itself included). */
+export function reachable(definition: AslDefinition, from: string): Set<string> {
+  const seen = new Set<string>();
+  const todo = [from];
+  while (todo.length > 0) {
+    const name = todo.pop()!;
+    if (seen.has(name)) continue;
+    seen.add(name);
+    todo.push(...successors(definition.States[name]));
+  }
+  return seen;
+}

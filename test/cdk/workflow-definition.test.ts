@@ -7,7 +7,14 @@ import {
   TASK_TABLE,
   TRANSIENT_AWS_ERROR,
 } from '../../lib/workflow-building-blocks';
-import { AslDefinition, AslState, stateMachineDefinition, synthTemplate, taskModule } from './support';
+import {
+  AslState,
+  reachable,
+  stateMachineDefinition,
+  successors,
+  synthTemplate,
+  taskModule,
+} from './support';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -24,29 +31,6 @@ function aslParameters(payload: Json): Json {
       return [key, aslParameters(value)];
     }),
   );
-}
-
-/** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
-function successors(state: AslState): string[] {
-  return [
-    ...(state.Next ? [state.Next] : []),
-    ...(state.Choices ?? []).map((choice) => choice.Next),
-    ...(state.Default ? [state.Default] : []),
-    ...(state.Catch ?? []).map((c) => c.Next),
-  ];
-}
-
-/** Every state reachable from `from` (itself included). */
-function reachable(definition: AslDefinition, from: string): Set<string> {
-  const seen = new Set<string>();
-  const todo = [from];
-  while (todo.length > 0) {
-    const name = todo.pop()!;
-    if (seen.has(name)) continue;
-    seen.add(name);
-    todo.push(...successors(definition.States[name]));
-  }
-  return seen;
 }
 
 /** Strongly connected components with more than one state (Tarjan), over the given edges. */

@@ -1,47 +1,4 @@
-import { Template } from 'aws-cdk-lib/assertions';
-import { AslDefinition, AslState, FUNCTION_ARN_PREFIX, synthTemplate, taskModule } from './support';
-
-/** The compaction workflow's definition (support.ts's stateMachineDefinition, whatever other machines exist). */
-function workflowDefinition(template: Template): AslDefinition {
-  const machines = Object.entries(template.findResources('AWS::StepFunctions::StateMachine'))
-    .filter(([id]) => id.startsWith('WorkflowStateMachine'))
-    .map(([, machine]) => machine);
-  expect(machines).toHaveLength(1);
-  const definition = machines[0].Properties.DefinitionString;
-  const parts: unknown[] = definition['Fn::Join'] ? definition['Fn::Join'][1] : [definition];
-  const text = parts
-    .map((part) => {
-      if (typeof part === 'string') return part;
-      const getAtt = (part as { 'Fn::GetAtt'?: [string, string] })['Fn::GetAtt'];
-      if (getAtt && getAtt[1] === 'Arn') return `${FUNCTION_ARN_PREFIX}${getAtt[0]}`;
-      throw new Error(`unexpected token in the definition: ${JSON.stringify(part)}`);
-    })
-    .join('');
-  return JSON.parse(text) as AslDefinition;
-}
-
-/** Every state a state can go to next (Next, Choice branches, Default, Catch targets). */
-function successors(state: AslState): string[] {
-  return [
-    ...(state.Next ? [state.Next] : []),
-    ...(state.Choices ?? []).map((choice) => choice.Next),
-    ...(state.Default ? [state.Default] : []),
-    ...(state.Catch ?? []).map((c) => c.Next),
-  ];
-}
-
-/** Every state reachable from `from` (itself included). */
-function reachable(definition: AslDefinition, from: string): Set<string> {
-  const seen = new Set<string>();
-  const todo = [from];
-  while (todo.length > 0) {
-    const name = todo.pop()!;
-    if (seen.has(name)) continue;
-    seen.add(name);
-    todo.push(...successors(definition.States[name]));
-  }
-  return seen;
-}
+import { reachable, stateMachineDefinition, synthTemplate, taskModule } from './support';
 
 /** What makes or keeps outputs: none of it may run in a dry run, whatever fails. */
 const OUTPUT_STATES = [
@@ -57,7 +14,7 @@ const OUTPUT_STATES = [
 
 describe('dry run path of the state machine', () => {
   const template = synthTemplate();
-  const definition = workflowDefinition(template);
+  const definition = stateMachineDefinition(template);
   const dryRun = reachable(definition, 'Estimated');
 
   test('the compaction loop ends in the Dry run? Choice: $.plan.dryRun true → Estimated, else the snapshots', () => {
