@@ -1,4 +1,5 @@
-"""Command line: ``copy``, ``inspect``, ``device``, ``job`` (the Command document's run) and
+"""Command line: ``copy``, ``inspect``, ``device``, ``job`` (the Command document's run; with
+``--target snapshot`` it copies into started EBS snapshots) and
 ``put-snapshot`` (an image into a new snapshot through the EBS direct APIs).
 Stdout carries only results."""
 
@@ -44,6 +45,19 @@ def _add_job(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         run.add_argument(f"--{name}", required=True, help="comma list, job order")
     for name in ("source-device-names", "target-device-names"):
         run.add_argument(f"--{name}", required=True, help="comma list of /dev/sdX (Xen)")
+    run.add_argument(
+        "--target",
+        choices=(job.VOLUME, job.SNAPSHOT),
+        default=job.VOLUME,
+        help="volume: onto the target volumes; snapshot: into the started snapshots "
+        "(EBS direct APIs; the target volume and device lists are empty)",
+    )
+    run.add_argument(
+        "--target-snapshot-ids",
+        default="",
+        metavar="IDS",
+        help="--target snapshot: comma list of the started snapshots, job order",
+    )
     run.add_argument("--method", choices=METHODS, default=ALLOCATED)
     run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="reads in flight (1-64)")
     run.add_argument("--verify", choices=("true", "false"), default="true")
@@ -146,6 +160,8 @@ def _job(args: argparse.Namespace) -> int:
             args.source_blocks_url,
             args.scratch,
             args.mode,
+            args.target,
+            args.target_snapshot_ids,
         )
     )
 

@@ -4,7 +4,8 @@ The document passes its parameters as they are: comma lists of the source and ta
 ids and device names (job order), the method, jobs, verify and the presigned URL of the block
 lists. The job fetches and unpacks the block lists (when there is a URL), then for each volume
 finds both devices and copies the source onto the target (with the volume's block list when the
-bundle has one; mode inspect: only inspect_disk each source), and prints the one bounded
+bundle has one; mode inspect: only inspect_disk each source; ``--target snapshot``: copies each
+source straight into its already-started EBS snapshot, snapshot_copy.py), and prints the one bounded
 JSON line the Lambdas parse: the summary on success
 (exit 0), else the error with the volume it belongs to (exit 1). Everything else, including
 each volume's full summary, goes to standard error; while the job runs, standard output is
@@ -24,6 +25,7 @@ from .disk_copy import CopyOptions, copy_disk, inspect_disk
 from .errors import Failure
 from .plan import ALLOCATED
 from .progress import log
+from .snapshot_copy import SnapshotOptions, copy_to_snapshot
 from .summary import MAX_VOLUMES, Json, _count, dumps, error_line, join
 
 PREFIX = "sparsecopy: "  # what log() starts every line with; the error line keeps it
@@ -31,6 +33,16 @@ SAME_COUNT = (
     "SourceVolumeIds, TargetVolumeIds, SourceDeviceNames and TargetDeviceNames must have the "
     "same number of items"
 )
+SNAPSHOT, VOLUME = "snapshot", "volume"  # --target
+SAME_COUNT_SNAPSHOT = (
+    "Target snapshot: SourceVolumeIds, SourceDeviceNames and TargetSnapshotIds must have the "
+    "same number of items"
+)
+NO_TARGET_VOLUMES = (
+    "Target snapshot: TargetVolumeIds and TargetDeviceNames must be empty (the copy goes into "
+    "the snapshots of TargetSnapshotIds)"
+)
+NO_TARGET_SNAPSHOTS = "Target volume: TargetSnapshotIds must be empty"
 
 
 class JobOptions(NamedTuple):
@@ -44,14 +56,17 @@ class JobOptions(NamedTuple):
     source_blocks_url: str = ""  # empty: copy without block lists
     scratch: str = "/var/tmp"
     mode: str = "copy"
+    target: str = VOLUME  # or SNAPSHOT: the target lists are empty, target_snapshot_ids not
+    target_snapshot_ids: str = ""  # comma list, job order
 
 
 class Volume(NamedTuple):
     order: int  # position in the job: volume-<order>.json
     source_id: str
-    target_id: str
+    target_id: str  # "" with --target snapshot
     source_device_name: str
     target_device_name: str
+    target_snapshot_id: str = ""  # --target snapshot only
 
 
 class Steps(NamedTuple):
@@ -61,6 +76,7 @@ class Steps(NamedTuple):
     copy: Callable[[CopyOptions], Json] = copy_disk
     fetch: Callable[[str, str], None] = bundle.fetch
     inspect: Callable[[str, Optional[str]], Json] = inspect_disk
+    put: Callable[[SnapshotOptions], Json] = copy_to_snapshot
 
 
 REAL_STEPS = Steps()
@@ -75,27 +91,45 @@ class JobFailed(Exception):
         self.source_id = source_id
 
 
+def _split(text: str) -> "list[str]":
+    return text.split(",") if text else []
+
+
+def _lists(options: JobOptions) -> "tuple[list[list[str]], str]":
+    """The lists that must pair up, and what is wrong with the others ("" when nothing)."""
+    sources, source_names = _split(options.source_volume_ids), _split(options.source_device_names)
+    targets, target_names = _split(options.target_volume_ids), _split(options.target_device_names)
+    snapshots = _split(options.target_snapshot_ids)
+    if options.target != SNAPSHOT:
+        problem = NO_TARGET_SNAPSHOTS if snapshots else ""
+        return [sources, targets, source_names, target_names], problem
+    if options.mode == "inspect":  # a dry run makes no target: only the sources are read
+        return [sources, source_names], ""
+    problem = NO_TARGET_VOLUMES if targets or target_names else ""
+    return [sources, source_names, snapshots], problem
+
+
 def volumes(options: JobOptions) -> list[Volume]:
     """The volume pairs; JobFailed when the lists do not pair up or a job would be too big."""
-    lists = [
-        text.split(",")
-        for text in (
-            options.source_volume_ids,
-            options.target_volume_ids,
-            options.source_device_names,
-            options.target_device_names,
-        )
-    ]
-    first = lists[0][0]
-    problem = ""
-    if len({len(items) for items in lists}) != 1:
-        problem = SAME_COUNT
-    elif len(lists[0]) > MAX_VOLUMES:
+    lists, problem = _lists(options)
+    first = options.source_volume_ids.split(",")[0]
+    if problem:
+        pass  # said above
+    elif len({len(items) for items in lists}) != 1:
+        problem = SAME_COUNT if options.target != SNAPSHOT else SAME_COUNT_SNAPSHOT
+    elif not 1 <= len(lists[0]) <= MAX_VOLUMES:
         problem = f"{len(lists[0])} volumes: a job has 1 to {MAX_VOLUMES}"
     if problem:
         log(f"error: {problem}")
         raise JobFailed(problem, first)
-    return [Volume(i, *items) for i, items in enumerate(zip(*lists))]
+    if options.target != SNAPSHOT:
+        return [Volume(i, *items) for i, items in enumerate(zip(*lists))]
+    count = len(lists[0])
+    snapshots = lists[2] if len(lists) > 2 else [""] * count
+    return [
+        Volume(i, source, "", name, "", snapshot)
+        for i, (source, name, snapshot) in enumerate(zip(lists[0], lists[1], snapshots))
+    ]
 
 
 def block_lists(url: str, work: str, steps: Steps) -> "dict[int, str]":
@@ -126,13 +160,26 @@ def _error_text(exc: BaseException) -> str:
 def copy_volume(
     volume: Volume, count: int, options: JobOptions, blocks: Optional[str], steps: Steps
 ) -> Json:
-    """Find both devices and copy; JobFailed (with this volume's source) when any step fails."""
-    log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {volume.target_id}")
+    """Find both devices and copy (or the source, and put it into its snapshot); JobFailed (with
+    this volume's source) when any step fails."""
+    into = volume.target_id or volume.target_snapshot_id
+    log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {into}")
     progress.VOLUME[0] = f" (volume {volume.order + 1}/{count})"
     try:
         source = steps.find(volume.source_id, volume.source_device_name)
         if options.mode == "inspect":
             return steps.inspect(source, blocks)
+        if options.target == SNAPSHOT:
+            log(f"copying {source} -> snapshot {volume.target_snapshot_id}")
+            put = SnapshotOptions(
+                source,
+                volume.target_snapshot_id,
+                options.method,
+                options.jobs,
+                options.verify,
+                blocks,
+            )
+            return steps.put(put)
         target = steps.find(volume.target_id, volume.target_device_name)
         log(f"copying {source} -> {target}")
         copy = CopyOptions(
@@ -168,7 +215,8 @@ def run(options: JobOptions, steps: Optional[Steps] = None) -> "tuple[int, str]"
             found = [{k: _count(s.get(k)) for k in keys} for s in summaries]
             entries = [dict(e, sourceVolumeId=i) for i, e in zip(sources, found)]
             return 0, dumps({"mode": "inspect", "volumes": entries})
-        line, details = join(sources, [v.target_id for v in pairs], summaries)
+        targets = [v.target_id or None for v in pairs]
+        line, details = join(sources, targets, summaries)
     except JobFailed as failed:
         return 1, error_line(failed.error, failed.source_id)
     except (Exception, KeyboardInterrupt) as exc:

@@ -13,7 +13,8 @@ import os
 import threading
 import time
 import uuid
-from typing import NamedTuple, Optional
+from collections.abc import Iterable
+from typing import Callable, NamedTuple, Optional
 
 from . import credentials
 from .blockdev import size_of
@@ -98,44 +99,57 @@ def start_spec(opts: PutOptions) -> "dict[str, object]":
     return spec
 
 
-class Uploader:
-    """Puts the blocks of one image into one open snapshot with ``jobs`` puts in flight."""
+class Block(NamedTuple):
+    """One 512 KiB block to put: its index, the bytes its progress counts and, for a copy into
+    a snapshot, the byte ranges within it that belong to the copy (the rest is put as zeros)."""
 
-    def __init__(self, client: Client, snapshot_id: str, fd: int, size: int, jobs: int) -> None:
+    number: int  # the block index
+    weight: int = BLOCK
+    parts: "tuple[tuple[int, int], ...]" = ()
+
+
+class Uploader:
+    """Puts blocks into one open snapshot with ``jobs`` puts in flight: ``read(block)`` gives a
+    block's 512 KiB (read again for a retried put); an all-zero block is never put."""
+
+    def __init__(
+        self, client: Client, snapshot_id: str, read: Callable[[Block], bytes], jobs: int
+    ) -> None:
         self.client, self.snapshot_id = client, snapshot_id
-        self.fd, self.size, self.jobs = fd, size, jobs
+        self.read, self.jobs = read, jobs
         self.digests: dict[int, bytes] = {}
         self.errors: list[tuple[int, Exception]] = []
         self.stop = threading.Event()
 
-    def _one(self, index: int, progress: Progress) -> None:
+    def _one(self, block: Block, progress: Progress) -> None:
         if self.stop.is_set():
             return
         try:
-            first = [read_block(self.fd, index, self.size)]
+            first = [self.read(block)]
             if first[0] != ZEROS:
 
                 def read() -> bytes:  # the first attempt's bytes, then read again
-                    return first.pop() if first else read_block(self.fd, index, self.size)
+                    return first.pop() if first else self.read(block)
 
-                self.digests[index] = self.client.put_block(self.snapshot_id, index, read)
+                digest = self.client.put_block(self.snapshot_id, block.number, read)
+                self.digests[block.number] = digest
         except Exception as exc:
-            self.errors.append((index, exc))
+            self.errors.append((block.number, exc))
             self.stop.set()
         finally:
-            progress.add(BLOCK)
+            progress.add(block.weight)
 
-    def run(self, indexes: "list[int]", progress: Progress) -> "dict[int, bytes]":
+    def run(self, blocks: "Iterable[Block]", progress: Progress) -> "dict[int, bytes]":
         slots = threading.BoundedSemaphore(self.jobs * 2)  # bounded queue: memory stays small
         wait = max(progress.interval, 0.2)
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            for index in indexes:
+            for block in blocks:
                 while not slots.acquire(timeout=wait):
                     progress.maybe_report()
                 if self.stop.is_set():
                     slots.release()
                     break
-                future = pool.submit(self._one, index, progress)
+                future = pool.submit(self._one, block, progress)
                 future.add_done_callback(lambda _: slots.release())
                 progress.maybe_report()
         progress.maybe_report(force=not self.errors)
@@ -162,8 +176,16 @@ def sealed_blocks(
         client.policy.sleep(VERIFY_POLL_SECONDS)
 
 
-def verify(client: Client, snapshot_id: str, digests: "dict[int, bytes]", jobs: int) -> int:
-    """Read the completed snapshot back: exactly the put blocks, each with its digest."""
+def verify(
+    client: Client,
+    snapshot_id: str,
+    digests: "dict[int, bytes]",
+    jobs: int,
+    expected: Optional[Callable[[int], bytes]] = None,
+    progress: Optional[Progress] = None,
+) -> int:
+    """Read the completed snapshot back: exactly the put blocks, each with the digest it was put
+    with, or, with ``expected``, byte for byte what ``expected(index)`` reads again."""
     tokens = sealed_blocks(client, snapshot_id)
     if set(tokens) != set(digests):
         extra, missing = set(tokens) - set(digests), set(digests) - set(tokens)
@@ -174,15 +196,25 @@ def verify(client: Client, snapshot_id: str, digests: "dict[int, bytes]", jobs: 
 
     def check(index: int) -> None:
         data = client.get_block(snapshot_id, index, tokens[index])
-        if hashlib.sha256(data).digest() != digests[index]:
+        if expected is not None:
+            same = data == expected(index)
+        else:
+            same = hashlib.sha256(data).digest() == digests[index]
+        if not same:
             raise Failure(f"snapshot {snapshot_id}: block {index} reads back different data")
+        if progress is not None:
+            progress.add(BLOCK)
+            progress.maybe_report()
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(check, sorted(tokens)))
+    if progress is not None:
+        progress.maybe_report(force=True)
     return len(tokens)
 
 
-def _open_client() -> Client:
+def open_client() -> Client:
+    """The client of this instance: credentials, region and endpoint from credentials.py."""
     region = credentials.region()
     return Client(credentials.endpoint(region), region, credentials.CredentialSource())
 
@@ -197,7 +229,7 @@ def put_snapshot(opts: PutOptions, client: Optional[Client] = None) -> "dict[str
         size = size_of(fd)
         if size > opts.size_gib * GIB:
             raise Failure(f"{opts.image} holds {size} bytes: more than --size-gib {opts.size_gib}")
-        return _put(client or _open_client(), opts, fd, size)
+        return _put(client or open_client(), opts, fd, size)
     finally:
         os.close(fd)
 
@@ -216,7 +248,12 @@ def _put(client: Client, opts: PutOptions, fd: int, size: int) -> "dict[str, obj
     )
     try:
         progress = Progress("put-snapshot", len(indexes) * BLOCK)
-        digests = Uploader(client, snapshot_id, fd, size, opts.jobs).run(indexes, progress)
+
+        def read(block: Block) -> bytes:
+            return read_block(fd, block.number, size)
+
+        uploader = Uploader(client, snapshot_id, read, opts.jobs)
+        digests = uploader.run((Block(index) for index in indexes), progress)
         checksum = aggregate_checksum(digests)
         status = client.complete_snapshot(snapshot_id, len(digests), checksum)
     except (Failure, ApiError) as exc:

@@ -3,7 +3,8 @@
 GetCommandInvocation returns only the first 24,000 characters of StandardOutputContent (also for a
 finished command), so the line the Lambdas parse must fit whatever the number of volumes and
 partitions. Each volume's entry keeps the fields the Lambdas and the report read
-(``source_bytes_read``, ``target_bytes_written``, ``held_blocks``, ``held_blocks_read``), the
+(``source_bytes_read``, ``target_bytes_written``, ``held_blocks``, ``held_blocks_read``; with
+``--target snapshot`` also ``targetSnapshotId`` and ``blocks_put``, ``targetVolumeId`` null), the
 other totals, counts (partitions, methods, fsck results) and as many partition notes, each
 clipped, as fit the volume's budget. The full
 summaries, every partition with its note and fsck result, go to standard error (the command log
@@ -86,8 +87,13 @@ def _note(part: Json) -> str:
     return clip(f"{head}: {part.get('note')}", NOTE_BUDGET)
 
 
-def volume_entry(source_volume_id: str, target_volume_id: str, summary: Json) -> Json:
-    """One volume's entry of the standard output line: at most VOLUME_BUDGET characters."""
+def _id(value: object) -> Optional[str]:
+    return clip(value, ID_BUDGET) if isinstance(value, str) and value else None
+
+
+def volume_entry(source_volume_id: str, target_volume_id: Optional[str], summary: Json) -> Json:
+    """One volume's entry of the standard output line: at most VOLUME_BUDGET characters. A copy
+    into a snapshot has no target volume (None) and its summary names the snapshot."""
     parts = _partitions(summary)
     methods: dict[str, int] = {}
     fsck: dict[str, int] = {}
@@ -103,9 +109,11 @@ def volume_entry(source_volume_id: str, target_volume_id: str, summary: Json) ->
     noted = [p for p in parts if isinstance(p.get("note"), str) and p.get("note")]
     entry: Json = {
         "sourceVolumeId": clip(source_volume_id, ID_BUDGET),
-        "targetVolumeId": clip(target_volume_id, ID_BUDGET),
+        "targetVolumeId": _id(target_volume_id),
+        "targetSnapshotId": _id(summary.get("targetSnapshotId")),
         "source_bytes_read": _count(summary.get("source_bytes_read")),
         "target_bytes_written": _count(summary.get("target_bytes_written")),
+        "blocks_put": _count(summary.get("blocks_put")),  # snapshot target: blocks put
         "outside_partitions_bytes": _count(summary.get("outside_partitions_bytes")),
         # --source-blocks: blocks the snapshot holds, and how many of them the copy read
         "held_blocks": _count(summary.get("held_blocks")),
@@ -152,10 +160,11 @@ def error_line(error: str, source_volume_id: str) -> str:
     )
 
 
-def details(index: int, count: int, source: str, target: str, summary: Json) -> list[str]:
+def details(index: int, count: int, source: str, target: Optional[str], summary: Json) -> list[str]:
     """The full summary of one volume for standard error: its totals, then one line a partition."""
     totals = {k: v for k, v in summary.items() if k != "partitions"}
-    head = f"summary of volume {index + 1}/{count} {source} -> {target}"
+    into = target or summary.get("targetSnapshotId")
+    head = f"summary of volume {index + 1}/{count} {source} -> {into}"
     lines = [f"{head}: {json.dumps(totals)}"]
     for part in _partitions(summary):
         lines.append(f"{head} partition {part.get('number')}: {json.dumps(part)}")
@@ -163,10 +172,11 @@ def details(index: int, count: int, source: str, target: str, summary: Json) -> 
 
 
 def join(
-    sources: Sequence[str], targets: Sequence[str], summaries: Sequence[Json]
+    sources: Sequence[str], targets: Sequence[Optional[str]], summaries: Sequence[Json]
 ) -> tuple[str, list[str]]:
     """(the standard output line, the standard error lines) for the copies' summaries, one a
-    volume in job order (the job checks that there are 1 to MAX_VOLUMES of each)."""
+    volume in job order (the job checks that there are 1 to MAX_VOLUMES of each); a target is
+    None for a copy into a snapshot."""
     if not (len(sources) == len(targets) == len(summaries)) or len(sources) > MAX_VOLUMES:
         raise ValueError(
             f"join got {len(sources)} source volume ids, {len(targets)} target volume ids and "

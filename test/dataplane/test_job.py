@@ -153,8 +153,10 @@ def test_each_volume_finds_both_devices_then_copies_in_job_order() -> None:
     assert volumes[0] == {
         "sourceVolumeId": SOURCES[0],
         "targetVolumeId": TARGETS[0],
+        "targetSnapshotId": None,
         "source_bytes_read": 10000,
         "target_bytes_written": 420,
+        "blocks_put": None,
         "outside_partitions_bytes": 1048576,
         "held_blocks": None,
         "held_blocks_read": None,
