@@ -35,7 +35,8 @@ const blockListMinutes = (bound: PollLoopSettings) =>
 /**
  * The compaction workflow of docs/contract.md: prepare (until the sources are completed) → list the source
  * snapshots' blocks → launch → wait
- * until ready → attach volumes → compact → snapshot → Delivered → [register image] → [fast snapshot restore]
+ * until ready → attach volumes → compact → snapshot (written directly by the data plane, or CreateSnapshot of the
+ * target volumes) → Delivered → [register image] → [fast snapshot restore]
  * → teardown → report; a dry run goes from compact to its own teardown and report (outcome `estimated`). Lost instances take the relaunch path. Before `Delivered` every task catches into the
  * failure chain (teardown → report → Fail); from `Delivered` on, into the warnings chain, which keeps the
  * new snapshots and AMI and ends in success with outcome `succeeded-with-warnings`.
@@ -349,12 +350,11 @@ export class CompactionWorkflow extends Construct {
   /**
    * After the compaction loop: a dry run (`$.plan.dryRun`) has only inspected the sources, so it goes to
    * its own teardown (nothing kept: it made no target, snapshot or AMI) and a report of outcome
-   * `estimated`; a compaction goes on to the snapshots and `Delivered`.
+   * `estimated`; a compaction goes on to its new snapshots (`Target is a snapshot?`) and `Delivered`.
    */
   private dryRunChoice(onError: ErrorRoute, delivered: sfn.Pass): sfn.Choice {
     const b = this.b;
-    const snapshots = b.markPhase('Snapshot phase', 'snapshot');
-    snapshots.next(b.task('Create snapshots', onError)).next(this.snapshotLoop(onError)).next(delivered);
+    const snapshots = this.snapshotsChoice(onError, delivered);
     const estimated = new sfn.Pass(this, 'Estimated', {
       comment: 'A dry run: the sources were only inspected; no target volume, snapshot or AMI exists',
       result: sfn.Result.fromString('estimated'),
@@ -377,6 +377,39 @@ export class CompactionWorkflow extends Construct {
       sfn.Condition.booleanEquals('$.plan.dryRun', true),
     );
     return new sfn.Choice(this, 'Dry run?').when(dryRun, estimated).otherwise(snapshots);
+  }
+
+  /**
+   * Where the new snapshots come from, both ways into the ONE `Snapshots` poll loop (Check snapshots until
+   * every new snapshot is `completed`, then it tags them delivered): `target: "snapshot"` (the plan's
+   * `$.plan.target`) - the data plane has written them itself through the EBS direct APIs and Start
+   * compaction returned them (`$.command.directSnapshots`), so `Direct snapshots` only puts that list where the
+   * loop reads it; `target: "volume"` (or a plan without a target) - `Create snapshots` snapshots the target
+   * volumes. Both phase marks stamp the one `snapshot` timing key.
+   */
+  private snapshotsChoice(onError: ErrorRoute, delivered: sfn.Pass): sfn.Choice {
+    const b = this.b;
+    const loop = this.snapshotLoop(onError);
+    loop.next(delivered);
+    const createSnapshots = b.markPhase('Snapshot phase', 'snapshot');
+    createSnapshots.next(b.task('Create snapshots', onError)).next(loop);
+    const directSnapshots = new sfn.Pass(this, 'Direct snapshots', {
+      comment:
+        'target snapshot: the data plane wrote the new snapshots (StartSnapshot in Start compaction, puts and ' +
+        'CompleteSnapshot on the instance); the snapshot loop waits for them to be completed',
+      parameters: { snapshots: sfn.JsonPath.listAt('$.command.directSnapshots'), completed: false },
+      resultPath: '$.snapshots',
+    });
+    directSnapshots.next(loop);
+    const directPhase = b.markPhase('Direct snapshot phase', 'snapshot');
+    directPhase.next(directSnapshots);
+    const targetIsSnapshot = sfn.Condition.and(
+      sfn.Condition.isPresent('$.plan.target'),
+      sfn.Condition.stringEquals('$.plan.target', 'snapshot'),
+    );
+    return new sfn.Choice(this, 'Target is a snapshot?')
+      .when(targetIsSnapshot, directPhase)
+      .otherwise(createSnapshots);
   }
 
   /** Register image, FSR, teardown(`success`), report: each error here goes to the warnings chain. */

@@ -174,6 +174,43 @@ describe('state machine definition', () => {
     );
   });
 
+  test('Target is a snapshot?: $.plan.target "snapshot" → the direct snapshots, else Create snapshots; one snapshot loop', () => {
+    expect(definition.States['Dry run?'].Default).toBe('Target is a snapshot?');
+    const choice = definition.States['Target is a snapshot?'];
+    expect(choice.Type).toBe('Choice');
+    expect(choice.Choices).toEqual([
+      {
+        And: [
+          { Variable: '$.plan.target', IsPresent: true },
+          { Variable: '$.plan.target', StringEquals: 'snapshot' },
+        ],
+        Next: 'Direct snapshot phase',
+      },
+    ]);
+    expect(choice.Default).toBe('Snapshot phase');
+    // both phase marks stamp the one `snapshot` timing key
+    for (const phase of ['Direct snapshot phase', 'Snapshot phase']) {
+      expect(definition.States[phase].Parameters).toMatchObject({ 'snapshot.$': '$$.State.EnteredTime' });
+    }
+    expect(definition.States['Direct snapshot phase'].Next).toBe('Direct snapshots');
+    expect(definition.States['Direct snapshots']).toEqual({
+      Type: 'Pass',
+      Comment: expect.any(String),
+      Parameters: { 'snapshots.$': '$.command.directSnapshots', completed: false },
+      ResultPath: '$.snapshots',
+      Next: 'Snapshots: first call',
+    });
+    expect(definition.States['Snapshot phase'].Next).toBe('Create snapshots');
+    expect(definition.States['Create snapshots'].Next).toBe('Snapshots: first call');
+    // exactly one poll loop of Check snapshots, entered from both branches only
+    const checkSnapshotTasks = tasks.filter(([, state]) => taskModule(template, state) === 'check_snapshots');
+    expect(checkSnapshotTasks.map(([name]) => name)).toEqual(['Check snapshots']);
+    const into = states.filter(([, state]) => successors(state).includes('Snapshots: first call'));
+    expect(into.map(([name]) => name).sort()).toEqual(['Create snapshots', 'Direct snapshots']);
+    // the direct branch makes nothing: no Task between the choice and the loop
+    expect(reachable(definition, 'Direct snapshot phase').has('Create snapshots')).toBe(false);
+  });
+
   test('before Delivered every task catches into the failure chain, which keeps the original error in $.error', () => {
     const failureStart = definition.States['Failure'];
     expect(failureStart).toMatchObject({ Type: 'Pass', Result: 'failure', ResultPath: '$.outcome' });

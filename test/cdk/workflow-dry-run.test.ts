@@ -2,8 +2,11 @@ import { reachable, stateMachineDefinition, synthTemplate, taskModule } from './
 
 /** What makes or keeps outputs: none of it may run in a dry run, whatever fails. */
 const OUTPUT_STATES = [
+  'Target is a snapshot?',
   'Snapshot phase',
   'Create snapshots',
+  'Direct snapshot phase',
+  'Direct snapshots',
   'Check snapshots',
   'Delivered',
   'Register image',
@@ -17,7 +20,7 @@ describe('dry run path of the state machine', () => {
   const definition = stateMachineDefinition(template);
   const dryRun = reachable(definition, 'Estimated');
 
-  test('the compaction loop ends in the Dry run? Choice: $.plan.dryRun true → Estimated, else the snapshots', () => {
+  test('the compaction loop ends in the Dry run? Choice: $.plan.dryRun true → Estimated, else the snapshots (whatever the target)', () => {
     expect(definition.States['Compaction: done'].Next).toBe('Dry run?');
     const choice = definition.States['Dry run?'];
     expect(choice.Type).toBe('Choice');
@@ -30,7 +33,7 @@ describe('dry run path of the state machine', () => {
         Next: 'Estimated',
       },
     ]);
-    expect(choice.Default).toBe('Snapshot phase');
+    expect(choice.Default).toBe('Target is a snapshot?');
     expect(definition.States['Estimated']).toMatchObject({
       Type: 'Pass',
       Result: 'estimated',
@@ -46,6 +49,7 @@ describe('dry run path of the state machine', () => {
     expect(tasks).toEqual(['Dry run report', 'Dry run teardown', 'Report failure', 'Teardown after failure']);
     // ... while the compaction path does reach them
     expect(reachable(definition, 'Snapshot phase').has('Create snapshots')).toBe(true);
+    expect(reachable(definition, 'Direct snapshot phase').has('Check snapshots')).toBe(true);
   });
 
   test('teardown keeps nothing, then the report is the output', () => {

@@ -277,6 +277,66 @@ describe('the workflow, run with fake tasks', () => {
     expect(outcome.output).toEqual({ outcome: 'success', executionName: EXECUTION_NAME, error: null });
   });
 
+  test('target snapshot: no Create snapshots; the snapshot loop waits for the direct snapshots Start compaction returned', async () => {
+    const plan = { ...PLAN, target: 'snapshot' };
+    const direct = [
+      { index: 0, snapshotId: 'snap-direct', sourceSnapshotId: 'snap-a', deviceName: '/dev/xvda' },
+    ];
+    const outcome = await run(template, input, {
+      prepare: () => plan,
+      start_compaction: () => ({ commandId: 'cmd-1', directSnapshots: direct }),
+      check_snapshots: (p, call) => ({ snapshots: p.snapshots.snapshots, completed: call >= 2 }),
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(modules(outcome).slice(-6)).toEqual([
+      'check_compaction',
+      'check_compaction',
+      'check_snapshots',
+      'check_snapshots',
+      'teardown',
+      'report',
+    ]);
+    expect(callsOf(outcome, 'create_snapshots')).toEqual([]);
+    expect(callsOf(outcome, 'check_snapshots')[0].payload).toEqual({
+      snapshots: { snapshots: direct, completed: false },
+    });
+    expect(callsOf(outcome, 'teardown')[0].payload.keep).toEqual({
+      snapshotIds: ['snap-direct'],
+      imageId: null,
+    });
+    const report = callsOf(outcome, 'report')[0].payload;
+    expect(report.timings.snapshot).toBe('2026-01-01T00:00:00Z');
+    expect(report.polls.snapshot).toBe(2);
+    expect(report.snapshots).toEqual({ snapshots: direct, completed: true });
+  });
+
+  test('target volume (and a plan without a target, as before) snapshots the target volumes', async () => {
+    const outcome = await run(template, input, { prepare: () => ({ ...PLAN, target: 'volume' }) });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'create_snapshots')).toHaveLength(1);
+    expect(callsOf(outcome, 'teardown')[0].payload.keep.snapshotIds).toEqual(['snap-new']);
+  });
+
+  test('target snapshot on an AMI source registers the image from the direct snapshots', async () => {
+    const direct = [
+      { index: 0, snapshotId: 'snap-direct', sourceSnapshotId: 'snap-a', deviceName: '/dev/xvda' },
+    ];
+    const outcome = await runAmi(template, {
+      prepare: () => ({ ...AMI_PLAN, target: 'snapshot' }),
+      start_compaction: () => ({ commandId: 'cmd-1', directSnapshots: direct }),
+    });
+    expect(outcome.error).toBeUndefined();
+    expect(callsOf(outcome, 'create_snapshots')).toEqual([]);
+    expect(callsOf(outcome, 'register_image')[0].payload.snapshots).toEqual({
+      snapshots: direct,
+      completed: true,
+    });
+    expect(callsOf(outcome, 'teardown')[0].payload.keep).toEqual({
+      snapshotIds: ['snap-direct'],
+      imageId: 'ami-new',
+    });
+  });
+
   test('an AMI with fast snapshot restore AZs registers the image and enables FSR', async () => {
     const plan = AMI_PLAN;
     const outcome = await runAmi(template);
