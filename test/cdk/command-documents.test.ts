@@ -215,6 +215,15 @@ describe('the compact-volumes script', () => {
     TimeoutSeconds: '3600',
     SourceBlocksUrl: '',
     Mode: 'copy',
+    Target: 'volume',
+    TargetSnapshotIds: '',
+  };
+  /** Target snapshot (start_compaction started the snapshots): no target volumes, no target device names. */
+  const SNAPSHOT_TARGET = {
+    Target: 'snapshot',
+    TargetSnapshotIds: 'snap-2222222222222222a,snap-2222222222222222b',
+    TargetVolumeIds: '',
+    TargetDeviceNames: '',
   };
 
   test('is the short fetch-check-and-run: about a dozen lines of shell', () => {
@@ -243,6 +252,8 @@ describe('the compact-volumes script', () => {
       Verify: '--verify',
       SourceBlocksUrl: '--source-blocks-url',
       Mode: '--mode',
+      Target: '--target',
+      TargetSnapshotIds: '--target-snapshot-ids',
     };
     expect(script).toMatch(/python3 "\$work\/sparsecopy\.pyz" job /);
     expect(Object.keys(content.parameters).sort()).toEqual(
@@ -327,6 +338,36 @@ describe('the compact-volumes script', () => {
     expect(run.leftInTmp).toEqual([]);
   });
 
+  test('Target snapshot runs the job into the snapshots: the first volume goes to the first snapshot', () => {
+    const run = runScript(SNAPSHOT_TARGET);
+    expect(run.stderr).toContain('sparsecopy: volume 1/2: vol-0000000000000000a -> snap-2222222222222222a');
+    expect(run.status).toBe(1);
+    expect(run.stdoutLines.map((line) => JSON.parse(line))).toEqual([
+      {
+        error: expect.stringMatching(/^sparsecopy: error: volume vol-0000000000000000a is not attached/),
+        sourceVolumeId: 'vol-0000000000000000a',
+      },
+    ]);
+    expect(run.leftInTmp).toEqual([]);
+  });
+
+  test('Target snapshot refuses target volumes and snapshot lists that do not pair up', () => {
+    const withVolumes = runScript({ ...SNAPSHOT_TARGET, TargetVolumeIds: PARAMETERS.TargetVolumeIds });
+    expect(withVolumes.status).toBe(1);
+    expect(JSON.parse(withVolumes.stdoutLines[0]).error).toBe(
+      'Target snapshot: TargetVolumeIds and TargetDeviceNames must be empty (the copy goes into the snapshots of TargetSnapshotIds)',
+    );
+    const short = runScript({ ...SNAPSHOT_TARGET, TargetSnapshotIds: 'snap-2222222222222222a' });
+    expect(short.status).toBe(1);
+    expect(JSON.parse(short.stdoutLines[0]).error).toBe(
+      'Target snapshot: SourceVolumeIds, SourceDeviceNames and TargetSnapshotIds must have the same number of items',
+    );
+    const volumeWithSnapshots = runScript({ TargetSnapshotIds: SNAPSHOT_TARGET.TargetSnapshotIds });
+    expect(JSON.parse(volumeWithSnapshots.stdoutLines[0]).error).toBe(
+      'Target volume: TargetSnapshotIds must be empty',
+    );
+  });
+
   test('lists of different lengths are refused by the job', () => {
     const run = runScript({ TargetVolumeIds: 'vol-1111111111111111a' });
     expect(run.status).toBe(1);
@@ -337,6 +378,15 @@ describe('the compact-volumes script', () => {
         sourceVolumeId: 'vol-0000000000000000a',
       },
     ]);
+  });
+});
+
+describe('the compact-volumes script with Target snapshot', () => {
+  test('Target is volume (default) or snapshot; TargetSnapshotIds defaults to none', () => {
+    const { Target, TargetSnapshotIds } = renderCommandDocument().parameters;
+    expect(Target.allowedValues).toEqual(['volume', 'snapshot']);
+    expect(Target.default).toBe('volume');
+    expect(TargetSnapshotIds.default).toBe('');
   });
 });
 
@@ -492,15 +542,18 @@ describe('the compact-volumes parameters agree with contract/limits.json', () =>
     expect(parameters.TimeoutSeconds.description).toContain(`(at most ${documentTimeoutSeconds})`);
   });
 
-  const lists: [string, (i: number) => string][] = [
-    ['SourceVolumeIds', (i) => `vol-${'0123456789abcdef'.slice(0, 16 - 1)}${i.toString(16)}`],
-    ['TargetVolumeIds', (i) => `vol-${'fedcba9876543210'.slice(0, 16 - 1)}${i.toString(16)}`],
-    ['SourceDeviceNames', (i) => `/dev/sd${String.fromCharCode('f'.charCodeAt(0) + i)}`],
-    ['TargetDeviceNames', (i) => `/dev/sd${String.fromCharCode('y'.charCodeAt(0) - i)}`],
+  // the target lists are empty with Target snapshot (TargetSnapshotIds: with Target volume)
+  const lists: [string, boolean, (i: number) => string][] = [
+    ['SourceVolumeIds', false, (i) => `vol-${'0123456789abcdef'.slice(0, 16 - 1)}${i.toString(16)}`],
+    ['TargetVolumeIds', true, (i) => `vol-${'fedcba9876543210'.slice(0, 16 - 1)}${i.toString(16)}`],
+    ['SourceDeviceNames', false, (i) => `/dev/sd${String.fromCharCode('f'.charCodeAt(0) + i)}`],
+    ['TargetDeviceNames', true, (i) => `/dev/sd${String.fromCharCode('y'.charCodeAt(0) - i)}`],
+    ['TargetSnapshotIds', true, (i) => `snap-${'0123456789abcdef'.slice(0, 16 - 1)}${i.toString(16)}`],
   ];
-  test.each(lists)('%s holds 1 to maxVolumesPerJob items', (name, item) => {
+  test.each(lists)('%s holds 1 to maxVolumesPerJob items (empty accepted: %s)', (name, empty, item) => {
     const list = (count: number) => Array.from({ length: count }, (_, i) => item(i)).join(',');
-    expect(pattern(name).test('')).toBe(false);
+    expect(pattern(name).test('')).toBe(empty);
+    expect(pattern(name).test(',')).toBe(false);
     expect(pattern(name).test(list(1))).toBe(true);
     expect(pattern(name).test(list(maxVolumesPerJob))).toBe(true);
     expect(pattern(name).test(list(maxVolumesPerJob + 1))).toBe(false);
