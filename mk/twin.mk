@@ -5,6 +5,9 @@ TWIN_PATHS := twin test/twin
 TWIN_CDK_OUT := out/twin/cdk.out
 FS ?= ext4
 INPUT ?= snapshot
+# TARGET=snapshot|volume: the execution input's target (empty: none given, the workflow's default,
+# snapshot: the new snapshot written with the EBS direct APIs; volume: a target volume + CreateSnapshot)
+TARGET ?=
 TRIGGER ?= api
 FAULT ?= none
 # OS=debian (INPUT=ami): a real Debian root, booted in QEMU after the run; BOOT_MODE=uefi for UEFI
@@ -36,7 +39,7 @@ test-twin: twin-synth
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
-	  --fs $(FS) --input $(INPUT) --trigger $(TRIGGER) --fault "$(FAULT)" \
+	  --fs $(FS) --input $(INPUT) --target "$(TARGET)" --trigger $(TRIGGER) --fault "$(FAULT)" \
 	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH) $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
 
 # Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.

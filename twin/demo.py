@@ -1,8 +1,13 @@
 """`make demo`: the whole workflow on this machine, with a report (see docs/twin.md).
 
 usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
-                           [--trigger api|tag] [--fault KIND@STATE|NAME] [--cdk-out DIR] [--out DIR]
-                           [--os none|debian] [--boot-mode legacy-bios|uefi] [--dry-run]
+                           [--target snapshot|volume] [--trigger api|tag] [--fault KIND@STATE|NAME]
+                           [--cdk-out DIR] [--out DIR] [--os none|debian]
+                           [--boot-mode legacy-bios|uefi] [--dry-run]
+
+TARGET: the execution input's `target`: snapshot (the new snapshot written directly with the EBS
+direct APIs) or volume (a target volume, then CreateSnapshot); without it the input names none
+and the workflow's default (snapshot) applies.
 
 FAULT: KIND@STATE with KIND one of error, throttle, abort, lost and STATE a Task state of the
 synthesized main definition (e.g. error@Report), or one of the named faults.
@@ -23,6 +28,10 @@ from .emulator.faults import FAULTS, KINDS, FaultError
 from .scenario import REPO, Options, run
 
 MIB = 1024 * 1024
+TARGET_HOW = {
+    "snapshot": "the new snapshots written with the EBS direct APIs",
+    "volume": "target volumes, then CreateSnapshot",
+}
 
 
 def _mib(n: int | None) -> str:
@@ -42,9 +51,10 @@ def _run_lines(report: dict[str, Any]) -> list[str]:
     s = report["scenario"]
     os_label = f" OS={s['os']} BOOT_MODE={s['boot_mode']}" if s.get("os", "none") != "none" else ""
     os_label += " DRY_RUN=1" if s.get("dry_run") else ""
+    target = f" TARGET={s['target']}" if s.get("target") else ""
     lines = [
-        f"twin demo: FS={s['fs']} INPUT={s['input']} TRIGGER={s['trigger']} FAULT={s['fault']}"
-        + os_label,
+        f"twin demo: FS={s['fs']} INPUT={s['input']}{target} TRIGGER={s['trigger']} "
+        f"FAULT={s['fault']}" + os_label,
         f"  execution        {report['execution_name'] or '(one per case)'}: "
         f"{report['execution_status']}"
         + (f" with {report['error']}" if report.get("error") else ""),
@@ -57,6 +67,8 @@ def _run_lines(report: dict[str, Any]) -> list[str]:
             f"  fault            {report['fault']}: "
             + (applied.get("detail") or "applied" if applied.get("applied") else "never reached")
         )
+    if report.get("target"):
+        lines.append(f"  target           {report['target']} ({TARGET_HOW.get(report['target'])})")
     if report.get("outcome") or report["execution_name"]:
         lines.append(
             f"  outcome          {report.get('outcome')}; delivered {report.get('delivered')}; "
@@ -118,9 +130,18 @@ def _detail_lines(report: dict[str, Any]) -> list[str]:
     booted = [i["bootedFrom"] for i in report.get("transfer_instances", [])]
     if booted:
         lines.append(f"  booted from      {', '.join(booted)}")
+    direct = report.get("direct_writes") or {}
+    if direct.get("snapshots_started"):
+        lines.append(
+            f"  direct writes    {direct['snapshots_started']} snapshot(s) started, "
+            f"{direct['puts_accepted']} blocks put; refused: {direct['puts_throttled']} throttled, "
+            f"{direct['puts_concurrent_limit']} over the concurrency limit, "
+            f"{direct['puts_corrupted']} corrupted, "
+            f"{direct['pending_deletes_refused']} pending deletes"
+        )
     lines.append(
-        f"  IAM              {len(report.get('iam_denials', []))} of the Lambdas' calls denied "
-        "by the synthesized roles"
+        f"  IAM              {len(report.get('iam_denials', []))} of the Lambdas' and the "
+        "transfer instance's calls denied by the synthesized roles"
         + (f": {report['iam_denials'][:3]}" if report.get("iam_denials") else "")
     )
     if report["state_durations"]:
@@ -242,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m twin.demo", description=__doc__)
     parser.add_argument("--fs", default=os.environ.get("FS") or "ext4")
     parser.add_argument("--input", default=os.environ.get("INPUT") or "snapshot")
+    parser.add_argument("--target", default=os.environ.get("TARGET") or None,
+                        help="snapshot|volume: the input's target (default: none given, the "
+                        "workflow's default, snapshot)")  # fmt: skip
     parser.add_argument("--trigger", default=os.environ.get("TRIGGER") or "api")
     parser.add_argument("--fault", default=os.environ.get("FAULT") or None,
                         help=f"KIND@STATE[+KIND@STATE...] (KIND: {', '.join(KINDS)}) or one of: "
@@ -263,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
         cdk_out=args.cdk_out, out_dir=args.out,
         os=args.os or "none", boot_mode=args.boot_mode or None, batch=args.batch,
-        dry_run=args.dry_run,
+        dry_run=args.dry_run, target=args.target or None,
     )  # fmt: skip
     try:
         opts.validate()

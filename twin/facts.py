@@ -43,6 +43,7 @@ class Counts:
     spot_capacity_errors: int
     harsh: dict[str, int]
     transfer_instances: list[dict[str, Any]]
+    direct_writes: dict[str, int]
 
 
 @dataclass
@@ -149,7 +150,21 @@ def counts(emu: Emulator) -> Counts:
             "snapshot_in_use_answers": state.snapshot_in_use_served,
         },
         transfer_instances=transfer_instances(emu),
+        direct_writes=direct_writes(emu),
     )
+
+
+def direct_writes(emu: Emulator) -> dict[str, int]:
+    """The EBS direct writes the emulator served (ebs_direct_write.py) and the faults' answers."""
+    direct = emu.state.direct
+    return {
+        "snapshots_started": len(direct.started),
+        "puts_accepted": direct.puts_accepted,
+        "puts_throttled": direct.puts_throttled,
+        "puts_concurrent_limit": direct.concurrent_limit_served,
+        "puts_corrupted": direct.puts_corrupted,
+        "pending_deletes_refused": direct.deletes_refused,
+    }
 
 
 def transfer_instances(emu: Emulator) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""What one twin scenario runs: FS, INPUT, TRIGGER, FAULT, OS, BOOT_MODE and DRY_RUN of `make demo`,
-where the cloud assembly is and where the report goes."""
+"""What one twin scenario runs: FS, INPUT, TARGET, TRIGGER, FAULT, OS, BOOT_MODE and DRY_RUN of
+`make demo`, where the cloud assembly is and where the report goes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 OSES = ("none", "debian")
 # The AMI's BootMode with OS=debian and the firmware QEMU boots it with.
 BOOT_MODES = ("legacy-bios", "uefi")
+# TARGET: the execution input's `target` (None: the input has none, the workflow's default)
+TARGETS = ("snapshot", "volume")
 
 
 @dataclass
@@ -35,6 +37,9 @@ class Options:
     batch_concurrency: int = 2
     # DRY_RUN=1: the execution input says "dryRun": true (an estimate: no target, snapshot or AMI)
     dry_run: bool = False
+    # TARGET=snapshot|volume: the execution input's `target` (the new snapshot written directly
+    # with the EBS direct APIs, or through a target volume and CreateSnapshot); None leaves it out
+    target: str | None = None
 
     @property
     def ami_boot_mode(self) -> str | None:
@@ -46,10 +51,17 @@ class Options:
             raise ValueError(f"FS={self.fs}: choose one of {', '.join(disks.FILESYSTEMS)}")
         if self.input not in ("snapshot", "ami"):
             raise ValueError(f"INPUT={self.input}: choose snapshot or ami")
+        if self.target not in (None, *TARGETS):
+            raise ValueError(f"TARGET={self.target}: choose one of {', '.join(TARGETS)}")
         if self.trigger not in ("api", "tag"):
             raise ValueError(f"TRIGGER={self.trigger}: choose api or tag")
         if self.trigger == "tag" and self.input != "snapshot":
             raise ValueError("TRIGGER=tag starts compactions of snapshots: use INPUT=snapshot")
+        if self.target == "volume" and (self.trigger == "tag" or self.batch):
+            raise ValueError(
+                "TARGET=volume goes into an execution input started through the API (the tag "
+                "trigger and the batch use the default target, snapshot)"
+            )
         self._validate_os()
         self._validate_batch()
         if self.dry_run and (self.trigger != "api" or self.batch or self.os != "none"):

@@ -31,7 +31,10 @@ def _doc(meaning: str) -> dict[str, str]:
 @dataclass
 class Report:
     scenario: dict[str, Any] = field(
-        metadata=_doc("`fs`, `input`, `trigger`, `fault`, `os`, `boot_mode`, `dry_run` of the run")
+        metadata=_doc(
+            "`fs`, `input`, `target` (TARGET, null: none given), `trigger`, `fault`, `os`, "
+            "`boot_mode`, `dry_run` of the run"
+        )
     )
     fault: str = field(
         metadata=_doc("KIND@STATE (several joined by `+`), the named fault, or `none`")
@@ -47,6 +50,12 @@ class Report:
     )
     execution_name: str | None = field(metadata=_doc("the execution's name (none for `bad-input`)"))
     execution_input: Any = field(metadata=_doc("the execution's input"))
+    target: str | None = field(
+        metadata=_doc(
+            "the workflow report's `target`: `snapshot` (the new snapshots written with the EBS "
+            "direct APIs) or `volume` (target volumes, then CreateSnapshot); null without a report"
+        )
+    )
     execution_status: str = field(
         metadata=_doc(
             "SUCCEEDED, FAILED, TIMED_OUT or ABORTED (`bad-input`: the cases' status, or MIXED)"
@@ -77,8 +86,8 @@ class Report:
     source_snapshot_bytes: int = field(metadata=_doc("the same in bytes"))
     new_snapshot_ids: list[str] = field(
         metadata=_doc(
-            "every snapshot CreateSnapshot made during the run, from the emulator, not only from a "
-            "SUCCEEDED output"
+            "every snapshot CreateSnapshot or StartSnapshot made during the run, from the "
+            "emulator, not only from a SUCCEEDED output"
         )
     )
     new_snapshots_existing: int = field(metadata=_doc("how many of them still exist"))
@@ -130,6 +139,13 @@ class Report:
         metadata=_doc(
             "how many answers the eventual-consistency lags changed (tag-filtered answers lagging, "
             "snapshot in-use answers)"
+        )
+    )
+    direct_writes: dict[str, int] = field(
+        metadata=_doc(
+            "the EBS direct writes the emulator served: snapshots started, puts accepted, puts "
+            "answered throttling or the concurrency limit, puts corrupted in transit, deletes of "
+            "pending direct snapshots refused (the `put-*` and `pending-delete-refused` faults)"
         )
     )
     trigger: dict[str, Any] = field(
@@ -192,7 +208,8 @@ class Report:
     )
     iam_denials: list[str] = field(
         metadata=_doc(
-            "every AWS call of the Lambdas the synthesized roles (conditions included) would deny"
+            "every AWS call of the Lambdas and of the transfer instance (its EBS direct calls, "
+            "judged by the instance role) the synthesized roles (conditions included) would deny"
         )
     )
     twin_seconds: float = field(metadata=_doc("how long the scenario took"))
@@ -250,6 +267,7 @@ def _execution_fields(ctx: Context, run: Run) -> dict[str, Any]:
         "faults_applied": _faults_applied(ctx, primary),
         "execution_name": primary.name if primary else None,
         "execution_input": primary.input if primary else None,
+        "target": _target(primary),
         "execution_status": primary.status if primary else _cases_status(run.cases),
         "error": primary.error if primary else None,
         "cause": primary.cause if primary else None,
@@ -302,6 +320,7 @@ def _run_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         "handlers_called": _handlers_called(ctx.d, primary) if primary else [],
         "spot_capacity_errors": counts.spot_capacity_errors,
         "harsh": counts.harsh,
+        "direct_writes": counts.direct_writes,
         "trigger": ctx.trigger,
         "retriggered_executions": ctx.trigger.get("retriggered_executions", 0),
         "image": checks.image,
@@ -326,8 +345,18 @@ def _dry_run_fields(ctx: Context, run: Run) -> dict[str, Any]:
 
 
 def _scenario(opts: Options, fault: str) -> dict[str, Any]:
-    return {"fs": opts.fs, "input": opts.input, "trigger": opts.trigger, "fault": fault,
-            "os": opts.os, "boot_mode": opts.ami_boot_mode, "dry_run": opts.dry_run}  # fmt: skip
+    return {"fs": opts.fs, "input": opts.input, "target": opts.target, "trigger": opts.trigger,
+            "fault": fault, "os": opts.os, "boot_mode": opts.ami_boot_mode,
+            "dry_run": opts.dry_run}  # fmt: skip
+
+
+def _target(result: ExecutionResult | None) -> str | None:
+    """What the workflow says it wrote: its report's `target` (the Report task's output, or the
+    failure/warnings report)."""
+    for candidate in (result.output, result.workflow_report) if result else ():
+        if isinstance(candidate, dict) and candidate.get("target"):
+            return str(candidate["target"])
+    return None
 
 
 def _boot_fields(checks: Checks) -> dict[str, Any]:

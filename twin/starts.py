@@ -28,6 +28,8 @@ def start_api(ctx: Context) -> ExecutionResult:
     )
     if ctx.opts.dry_run:
         execution_input["dryRun"] = True
+    if ctx.opts.target is not None:
+        execution_input["target"] = ctx.opts.target
     return run_execution(ctx, execution_input)
 
 

@@ -37,11 +37,21 @@ from .execution import Machine, main_machine, state_machines
 REPO = Path(__file__).resolve().parents[1]
 # Handlers whose Task states only run for an AMI input (the sweep runs those with INPUT=ami).
 AMI_ONLY_HANDLERS = ("register_image", "enable_fast_snapshot_restore")
+# The Choice between the two targets: its rule on $.plan.target == "snapshot" leads to the direct
+# snapshot path (the default input's), its Default to the target volumes and CreateSnapshot. The
+# Task states only the volume path reaches run with `target: "volume"` in the input.
+TARGET_CHOICE = "Target is a snapshot?"
+# The states of each target's path the table counts the cases through (docs/sweep.md).
+TARGET_STATES = (
+    TARGET_CHOICE, "Direct snapshot phase", "Direct snapshots", "Snapshot phase",
+    "Create snapshots",
+)  # fmt: skip
 ROW_KEYS = (
     "state", "kind", "opener", "input", "execution_status", "error", "outcome", "fault_applied",
     "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
     "new_snapshot_ids_existing", "new_image_id", "new_image_existing",
     "source_snapshot_unchanged", "delivered", "cleanup", "iam_denials", "holds", "seconds",
+    "states_visited",
 )  # fmt: skip
 
 
@@ -145,6 +155,33 @@ def _edges_without_catch(state: dict[str, Any]) -> list[str]:
     return out + [c["Next"] for c in state.get("Choices", []) if c.get("Next")]
 
 
+def volume_only_states(machine: Machine) -> list[str]:
+    """Task states a run reaches only with `target: "volume"`: reachable (Catch routes included)
+    from StartAt, but not when TARGET_CHOICE always takes its snapshot rule. [] for a definition
+    without that Choice (a stack from before the direct path). Raises SystemExit when the Choice
+    has no rule on $.plan.target == "snapshot"."""
+    states = machine.definition.get("States", {})
+    choice = states.get(TARGET_CHOICE)
+    if choice is None:
+        return []
+    snapshot_next = [
+        c["Next"]
+        for c in choice.get("Choices", [])
+        if c.get("Variable") == "$.plan.target" and c.get("StringEquals") == "snapshot"
+    ]
+    if len(snapshot_next) != 1:
+        raise SystemExit(
+            f"sweep: {TARGET_CHOICE!r} has no single rule $.plan.target == 'snapshot': "
+            f"{choice.get('Choices')}"
+        )
+    restricted = dict(states)
+    restricted[TARGET_CHOICE] = {"Type": "Pass", "Next": snapshot_next[0]}
+    start = [machine.definition["StartAt"]]
+    snapshot_path = _reachable(restricted, start)
+    return [n for n in machine.task_states() if n in _reachable(states, start)
+            and n not in snapshot_path]  # fmt: skip
+
+
 def instance_states(d: Deployment, machine: Machine) -> list[str]:
     """Task states where a transfer instance can exist: after a launch Task and before a
     teardown Task on some path (exclusive), found from the definition's graph."""
@@ -163,8 +200,9 @@ def instance_states(d: Deployment, machine: Machine) -> list[str]:
 
 
 def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> list[dict[str, str]]:
-    """The cases: (state, kind, opener, input) for every Task state x every applicable kind;
-    opener is "" for a state on the main path."""
+    """The cases: (state, kind, opener, input, target) for every Task state x every applicable
+    kind; opener is "" for a state on the main path; target is "volume" for a state only the
+    volume path reaches, else "" (the input names no target: the default, snapshot)."""
     with (
         tempfile.TemporaryDirectory(prefix="twin-sweep-plan-") as work,
         Emulator(Path(work) / "emulator") as emu,
@@ -174,6 +212,7 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
         tasks = main.task_states()
         with_instance = set(instance_states(d, main))
         opener_of = openers(main)
+        volume_only = set(volume_only_states(main))
         handlers = {n: _handler_of(d, main.definition["States"].get(n, {})) for n in tasks}
     unknown = sorted(set(states or []) - set(tasks))
     if unknown:
@@ -192,7 +231,8 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
                 continue
             ami = handlers.get(state) in AMI_ONLY_HANDLERS
             cases.append({"state": state, "kind": kind, "opener": opener_of.get(state, ""),
-                          "input": "ami" if ami else "snapshot"})  # fmt: skip
+                          "input": "ami" if ami else "snapshot",
+                          "target": "volume" if state in volume_only else ""})  # fmt: skip
     return cases
 
 
@@ -208,7 +248,7 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -
         [
             sys.executable, "-m", "twin.sweep", "--one", "--cdk-out", str(cdk_out),
             "--out", str(case_out), "--fs", fs, "--input", case["input"],
-            "--fault", fault,
+            "--fault", fault, "--target", case.get("target") or "",
         ],
         cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
@@ -227,6 +267,7 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -
     row["fault_applied"] = bool(applied.get("applied"))
     row["fault_detail"] = applied.get("detail")
     row["faults_applied"] = report.get("faults_applied") or []
+    row["workflow_target"] = report.get("target")  # the workflow report's (case: the input's)
     row["seconds"] = seconds
     return row
 
@@ -235,7 +276,7 @@ def _one(args: argparse.Namespace) -> int:
     from .scenario import Options, run
 
     opts = Options(fs=args.fs, input=args.input, fault=args.fault, cdk_out=args.cdk_out,
-                   out_dir=args.out, picture=False)  # fmt: skip
+                   out_dir=args.out, picture=False, target=args.target or None)  # fmt: skip
     run(opts)
     return 0
 
@@ -252,11 +293,13 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         "",
         "Generated by `make sweep` (twin/sweep.py) from the synthesized definition; do not edit.",
         "Each row is one twin run with `FAULT=KIND@STATE` (INPUT=snapshot, FS=ext4; the states",
-        "that only run for an AMI with INPUT=ami), then the cleanup path EventBridge would start.",
+        "that only run for an AMI with INPUT=ami, those only the volume path reaches with",
+        '`"target": "volume"`), then the cleanup path EventBridge would start.',
         "`holds`: nothing leaked after the cleanup path (no instance left running, no volume, no",
         "snapshot or AMI of the execution other than delivered outputs), the source snapshot",
         "unchanged, once delivered every new snapshot (and the AMI) still exists, and every AWS",
-        "call the Lambdas made is allowed by the synthesized roles (twin/iam).",
+        "call the Lambdas and the transfer instance made is allowed by the synthesized roles",
+        "(twin/iam).",
         "`applied`: whether the execution reached the state (a fault at a state the run never",
         "enters changes nothing). A state on a recovery path runs with an `opener` fault first",
         "(`FAULT=OPENER+KIND@STATE`) that leads the run onto that path; `applied` is then true",
@@ -265,6 +308,11 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         f"**{len(rows)} cases, {holding} hold, {len(rows) - holding} do not** "
         f"(statuses: {', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}; "
         f"{seconds / 60:.1f} minutes).",
+        "",
+        "Cases through each target's states (`target` in the input: none, the default snapshot, "
+        "or volume for the states only that path reaches): "
+        + ", ".join(f"`{name}` {n}" for name, n in target_coverage(rows).items())
+        + ".",
         "",
         "| state | kind | opener | input | status | error | outcome | applied | leaked"
         " | new snapshots kept | AMI kept | source unchanged | delivered | cleanup | holds |",
@@ -276,7 +324,9 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         error = str(r.get("error") or "")
         error = error if len(error) < 40 else error[:37] + "..."
         lines.append(
-            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']} | "
+            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']}"
+            + (f", target {r['target']}" if r.get("target") else "")
+            + " | "
             f"{r.get('execution_status')} | "
             f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
             f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
@@ -284,6 +334,14 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
             f"{'yes' if r.get('holds') else '**NO**'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def target_coverage(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """TARGET_STATES -> how many cases entered it."""
+    return {
+        name: sum(1 for r in rows if name in (r.get("states_visited") or []))
+        for name in TARGET_STATES
+    }
 
 
 def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
@@ -316,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", help=argparse.SUPPRESS)
     parser.add_argument("--input", default="snapshot", help=argparse.SUPPRESS)
     parser.add_argument("--fs", default="ext4", help=argparse.SUPPRESS)
+    parser.add_argument("--target", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         return _one(args)

@@ -47,3 +47,10 @@ class DirectWrites:
     puts_throttled: int = 0
     # what the emulator refused / served, for tests and the demo's summary
     concurrent_limit_served: int = 0
+    # DeleteSnapshot of a pending direct snapshot refused (Faults.refuse_pending_direct_delete)
+    deletes_refused: int = 0
+    # puts whose data the emulator corrupted (Faults.ebs_corrupt_puts)
+    puts_corrupted: int = 0
+    # every snapshot StartSnapshot made (kept after DeleteSnapshot), and the puts written
+    started: list[str] = field(default_factory=list)
+    puts_accepted: int = 0

@@ -58,6 +58,8 @@ four actions; the EBS user guide pages "Write snapshots", "Use EBS direct APIs c
   marked with a faulted state; Faults.ebs_throttled_puts answers the first N puts
   RequestThrottledException (RESOURCE_LEVEL_THROTTLE); more than Faults.ebs_max_puts_in_flight
   puts at once are answered ConcurrentLimitExceededException (400, as the model declares it).
+  Faults.ebs_corrupt_puts flips a byte of the first N puts' data (corrupted in transit): the
+  client's checksum no longer matches and the put is refused as any mismatch.
 """
 
 from __future__ import annotations
@@ -363,6 +365,7 @@ def _new_snapshot(
         backend.create_tags([snapshot.id], tags)
     emu.snapshot_files[snapshot.id] = path
     emu.snapshots_created.append(snapshot.id)
+    emu.direct.started.append(snapshot.id)
     consistency.mark_fresh(emu, snapshot.id)
     emu.direct.snapshots[snapshot.id] = DirectSnapshot(
         snapshot.id,
@@ -468,6 +471,9 @@ def _put(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
     with emu.lock:
         index = _block_index(m.group("index"), _open_direct(emu, backend, snapshot_id).blocks())
         path = emu.snapshot_files[snapshot_id]
+        if data and emu.direct.puts_corrupted < emu.faults.ebs_corrupt_puts:
+            emu.direct.puts_corrupted += 1  # corrupted in transit: the checksum cannot match
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
     digest = _put_checks(environ, data)
     with emu.lock:
         direct = _open_direct(emu, backend, snapshot_id)  # completed or timed out meanwhile?
@@ -481,6 +487,7 @@ def _put(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
             f.write(data)
         direct.digests[index] = digest
         direct.last_activity = ebs_direct.clock()
+        emu.direct.puts_accepted += 1
         snapshot: Any = backend.snapshots[snapshot_id]
         snapshot.twin_progress = f"{_int_header(environ, 'x-amz-Progress') or 0}%"
     return (

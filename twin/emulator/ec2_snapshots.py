@@ -75,9 +75,27 @@ def _describe_snapshots(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
     return _orig["describe_snapshots"](self, *args, **kwargs)
 
 
+def _refuse_pending_direct(emu: st.EmulatorState, backend: EBSBackend, snapshot_id: str) -> None:
+    """Faults.refuse_pending_direct_delete: a direct snapshot still `pending` cannot be deleted
+    (AWS documents neither answer; the twin can give both)."""
+    if not emu.faults.refuse_pending_direct_delete or snapshot_id not in emu.direct.snapshots:
+        return
+    ebs_direct_write.settle(emu, backend)  # one past its Timeout is `error` by now
+    snapshot: Any = backend.snapshots.get(snapshot_id)
+    if snapshot is not None and snapshot.status == "pending":
+        with emu.lock:
+            emu.direct.deletes_refused += 1
+        raise EC2ClientError(
+            "IncorrectState",
+            f"The snapshot '{snapshot_id}' is in the pending state and cannot be deleted.",
+        )
+
+
 def _delete_snapshot(self: EBSBackend, snapshot_id: str) -> Any:
-    snapshot = _orig["delete_snapshot"](self, snapshot_id)
     emu = st.ACTIVE
+    if emu is not None:
+        _refuse_pending_direct(emu, self, snapshot_id)
+    snapshot = _orig["delete_snapshot"](self, snapshot_id)
     if emu is not None:
         with emu.lock:
             path = emu.snapshot_files.pop(snapshot_id, None)

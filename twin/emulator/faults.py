@@ -7,7 +7,12 @@ Two ways to name a fault:
   requests than botocore retries), `abort` (StopExecution while in that state; the Lambda call in
   flight still completes), `lost` (the transfer instance is terminated like a Spot interruption
   when the state is entered, if one of this execution exists);
-- the seven names of FAULTS, kept as aliases with their historical behaviour.
+- the names of FAULTS, kept as aliases with their historical behaviour, and three for the EBS
+  direct writes of `target: "snapshot"`: `put-throttled` (puts throttled and refused beyond a
+  concurrency limit: the data plane rides through), `put-corrupted` (every put's data corrupted
+  in transit: its checksum never matches, no snapshot is ever completed), `pending-delete-refused`
+  (the command fails after StartSnapshot and EC2 refuses DeleteSnapshot of the pending direct
+  snapshot: teardown leaves it to time out).
 
 Several `KIND@STATE` faults join with `+` (`error@Report+error@Report with warnings`): each one
 fires once, at the first call in its own state, whatever the order the run reaches them in; this
@@ -28,12 +33,17 @@ FAULTS = (
     "snapshot-error",
     "throttle",
     "bad-input",
+    "put-throttled",
+    "put-corrupted",
+    "pending-delete-refused",
 )
 KINDS = ("error", "throttle", "abort", "lost")
 # botocore's standard retry mode with max_attempts 5 (compactor/aws.py) makes 6 attempts per call
 # (max_attempts counts retries: total_max_attempts = max_attempts + 1); throttling the first 8
 # requests makes at least one call fail in the Lambda after botocore's own retries.
 THROTTLED_REQUESTS = 8
+# FAULT=put-throttled: the first puts answered RequestThrottledException
+PUTS_THROTTLED = 25
 
 
 class FaultError(ValueError):
@@ -144,6 +154,13 @@ class Faults:
     ebs_throttled_puts: int = 0
     ebs_max_puts_in_flight: int = 0
     ebs_put_latency: float = 0.0
+    # DeleteSnapshot of a direct snapshot still `pending` (started, not completed, not timed out)
+    # is refused with IncorrectState: AWS does not document whether such a snapshot may be
+    # deleted, so the workflow must cope with both answers (teardown's leftToTimeOut).
+    refuse_pending_direct_delete: bool = False
+    # The first `ebs_corrupt_puts` PutSnapshotBlock bodies arrive with a byte flipped (corrupted
+    # in transit): the checksum the client sent no longer matches, the put is refused.
+    ebs_corrupt_puts: int = 0
 
     @classmethod
     def named(cls, name: str | None) -> Faults:
@@ -160,6 +177,13 @@ class Faults:
             return cls(interrupt_first_instance=True)
         if name == "snapshot-error":
             return cls(snapshot_error=True)
+        if name == "put-throttled":
+            return cls(ebs_throttled_puts=PUTS_THROTTLED, ebs_max_puts_in_flight=2,
+                       ebs_put_latency=0.02)  # fmt: skip
+        if name == "put-corrupted":
+            return cls(ebs_corrupt_puts=10**9)
+        if name == "pending-delete-refused":
+            return cls(hide_source_device=True, refuse_pending_direct_delete=True)
         raise FaultError(f"unknown fault {name!r}; choose one of {', '.join(FAULTS)}")
 
     @classmethod

@@ -84,6 +84,7 @@ class Emulator:
         )
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
+        self.state.endpoint, self.state.region = self.endpoint, self.region
         return self.endpoint
 
     def stop(self) -> list[str]:

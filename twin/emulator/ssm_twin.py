@@ -10,7 +10,9 @@ CloudWatchOutputConfig the whole output streams to CloudWatch Logs meanwhile (co
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
 import subprocess
 import threading
@@ -24,6 +26,7 @@ from moto.ssm.exceptions import SSMException as RESTError
 from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
+from ..iam.recorder import INSTANCE_CALLER
 from . import command_logs, patching
 from . import state as st
 from .command_runs import CommandRun, kill, now
@@ -114,6 +117,26 @@ def _release_devices(emu: st.EmulatorState, run: CommandRun) -> None:
     run.devices.clear()
 
 
+def instance_env(emu: st.EmulatorState, instance_id: str) -> dict[str, str]:
+    """What the instance's programs find of its role: the twin has no instance metadata service,
+    so the role's session credentials come as the environment credentials the data plane reads
+    first (sparsecopy/credentials.py), with the region and the EBS endpoint (the emulator). The
+    access key is the instance's own (an instance profile's session is per instance); the IAM
+    recorder attributes every request signed with it to the instance role (INSTANCE_CALLER), so
+    the check judges the instance's EBS direct calls by the synthesized instance role."""
+    digest = hashlib.sha256(f"instance-role:{instance_id}".encode()).digest()
+    key = "ASIATWIN" + base64.b32encode(digest).decode()[:12]
+    with emu.lock:
+        emu.access_keys[key] = INSTANCE_CALLER
+    return {
+        "AWS_ACCESS_KEY_ID": key,
+        "AWS_SECRET_ACCESS_KEY": "twin-instance-role-secret",
+        "AWS_SESSION_TOKEN": f"twin-instance-role-session-{instance_id}",
+        "AWS_REGION": emu.region,
+        "AWS_ENDPOINT_URL_EBS": emu.endpoint,
+    }
+
+
 def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
     try:
         by_id = _prepare_devices(emu, run, backend)
@@ -124,6 +147,7 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
             "HOME": "/root",
             "LANG": "C.UTF-8",
             "SPARSECOPY_BY_ID_DIR": str(by_id),
+            **instance_env(emu, run.instance_id),
         }
         if "SPARSECOPY_PROGRESS_SECONDS" in os.environ:  # a test asks for more progress lines
             env["SPARSECOPY_PROGRESS_SECONDS"] = os.environ["SPARSECOPY_PROGRESS_SECONDS"]

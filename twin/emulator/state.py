@@ -66,6 +66,9 @@ class EmulatorState:
     access_keys: dict[str, str] = field(default_factory=dict)
     # ebs_direct_write.py: snapshots written with StartSnapshot/PutSnapshotBlock/CompleteSnapshot
     direct: DirectWrites = field(default_factory=DirectWrites)
+    # the emulator's URL (server.start): a command's AWS_ENDPOINT_URL_EBS (ssm_twin.instance_env)
+    endpoint: str = ""
+    region: str = "us-east-1"
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):

@@ -5,8 +5,9 @@
 Each recorded call's authorizations (resolve.py), plus what RunInstances with the stack's launch
 template implies (iam:PassRole of the instance profile's role, ssm:GetParameters of its resolve:ssm:
 image), go through @cloud-copilot/iam-simulate (check.mjs) with the policies of the caller's
-role as the template gives them (inline, AWS::IAM::Policy, AWS::IAM::ManagedPolicy and AWS
-managed policies), with
+role (a function's, or the launch template's instance role for the transfer instance's own
+calls, recorder.INSTANCE_CALLER) as the template gives them (inline, AWS::IAM::Policy,
+AWS::IAM::ManagedPolicy and AWS managed policies), with
 the twin's physical names and ARNs substituted (twin/cfn.py). An S3 call on a bucket of the stack is
 also judged against the bucket's policy (AWS::S3::BucketPolicy) as its resource policy: an explicit
 deny there (enforce-SSL, say) denies the call.
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..cfn import Deployment, Resolver, load_template, resources_of
 from . import resolve
+from .recorder import INSTANCE_CALLER
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKER = Path(__file__).with_name("check.mjs")
@@ -115,6 +117,18 @@ def role_policies(template: dict[str, Any], r: Resolver) -> dict[str, list[dict[
     return out
 
 
+def instance_role(template: dict[str, Any]) -> str | None:
+    """The logical id of the role of the launch template's instance profile (the transfer
+    instance's role), None without one."""
+    for lt in resources_of(template, "AWS::EC2::LaunchTemplate").values():
+        profile = _ref_name(
+            lt["Properties"]["LaunchTemplateData"].get("IamInstanceProfile", {}).get("Arn")
+        )
+        if profile:
+            return _ref_name(template["Resources"][profile]["Properties"]["Roles"][0])
+    return None
+
+
 def _launch_template_extras(
     template: dict[str, Any], r: Resolver, region: str
 ) -> tuple[str | None, str | None]:
@@ -196,12 +210,16 @@ def check_calls(
 def _caller_policies(
     template: dict[str, Any], deployment: Deployment, by_role: Policies
 ) -> Policies:
-    """Function name -> the policies of its role (copies: check_calls' caller may edit them)."""
+    """Function name -> the policies of its role, and INSTANCE_CALLER -> the transfer instance
+    role's (copies: check_calls' caller may edit them)."""
     policies: Policies = {}
     for fn in deployment.functions.values():
         role = _ref_name(template["Resources"][fn.logical_id]["Properties"].get("Role"))
         if role in by_role:
             policies[fn.name] = copy.deepcopy(by_role[role])
+    instance = instance_role(template)
+    if instance in by_role:
+        policies[INSTANCE_CALLER] = copy.deepcopy(by_role[instance])
     return policies
 
 

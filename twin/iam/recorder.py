@@ -6,9 +6,12 @@ twin/runner/lambda_worker.py); the twin's own set-up and inspection clients send
 recorded. A request without the header that uses a presigned URL (SigV4 query authentication,
 e.g. the transfer instance's curl of the source-blocks bundle) is recorded as the function whose
 access key signed it (X-Amz-Credential; each function has its own key, Emulator.
-function_credentials): AWS evaluates a presigned request with the signer's permissions. One JSON
-line per request: caller, service, action, params, contexts (or the reason the call could not be
-resolved, which the check reports as a failure).
+function_credentials): AWS evaluates a presigned request with the signer's permissions. A request
+without the header signed (Authorization: AWS4-HMAC-SHA256 Credential=KEY/...) with a key of the
+transfer instance's role (ssm_twin.instance_env: the data plane's EBS direct calls) is recorded as
+INSTANCE_CALLER, and the check judges it by the stack's instance role. One JSON line per request:
+caller, service, action, params, contexts (or the reason the call could not be resolved, which
+the check reports as a failure).
 
 Protocols: query (EC2), JSON with X-Amz-Target (SSM, KMS, ...), and the REST APIs the workflow
 uses: EBS direct (ListSnapshotBlocks, StartSnapshot, PutSnapshotBlock, CompleteSnapshot,
@@ -30,6 +33,8 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 from . import resolve
 
 CALLER_HEADER = "X-Twin-Caller"
+# the caller name of the transfer instance's role (its requests carry no X-Twin-Caller)
+INSTANCE_CALLER = "transfer-instance-role"
 _ENVIRON_KEY = "HTTP_" + CALLER_HEADER.upper().replace("-", "_")
 
 
@@ -40,6 +45,14 @@ def presigned_credential(environ: dict[str, Any]) -> tuple[str, str] | None:
     if len(scope) == 5 and scope[4] == "aws4_request":
         return scope[0], scope[3]
     return None
+
+
+def signed_access_key(environ: dict[str, Any]) -> str | None:
+    """The access key id of a request's SigV4 Authorization header, else None."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if "Credential=" not in auth:
+        return None
+    return str(auth.split("Credential=", 1)[1].split("/", 1)[0]).strip()
 
 
 def _service(environ: dict[str, Any]) -> str:
@@ -213,13 +226,17 @@ class Recorder:
             out.write(json.dumps(entry, default=str) + "\n")
 
     def caller_of(self, environ: dict[str, Any]) -> str | None:
-        """The function a request is judged as: its X-Twin-Caller, or the signer of a presigned
-        URL (None: the twin's own request, not recorded)."""
+        """The role a request is judged as: its X-Twin-Caller, the signer of a presigned URL, or
+        the transfer instance's role for a request signed with one of its keys (None: the twin's
+        own request, not recorded)."""
         caller = environ.get(_ENVIRON_KEY)
         if caller:
             return str(caller)
         presigned = presigned_credential(environ)
-        return self.callers_by_key.get(presigned[0]) if presigned else None
+        if presigned:
+            return self.callers_by_key.get(presigned[0])
+        key = signed_access_key(environ)
+        return INSTANCE_CALLER if key and self.callers_by_key.get(key) == INSTANCE_CALLER else None
 
     def wrap(self, app: Any) -> Any:
         def recording_app(environ: dict[str, Any], start_response: Any) -> Any:
