@@ -15,8 +15,8 @@ SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MIN_SIZE = 256 * MIB  # small sizes are for developing the bench (mkfs.xfs needs 300 MiB)
 
 
-def parse_size(text: str) -> int:
-    """'2G' -> 2147483648 (binary units); at least 256 MiB, in whole MiB."""
+def parse_size(text: str, minimum: int = MIN_SIZE) -> int:
+    """'2G' -> 2147483648 (binary units); at least `minimum` (256 MiB), in whole MiB."""
     text = text.strip().upper().removesuffix("IB").removesuffix("B")
     factor = SUFFIXES.get(text[-1:], 1) if text else 1
     number = text[:-1] if text[-1:] in SUFFIXES else text
@@ -24,8 +24,10 @@ def parse_size(text: str) -> int:
         size = int(float(number) * factor)
     except ValueError:
         raise argparse.ArgumentTypeError(f"size {text!r} is not a number like 2G") from None
-    if size < MIN_SIZE or size % MIB:
-        raise argparse.ArgumentTypeError(f"size {text!r} must be at least 256M and whole MiB")
+    if size < minimum or size % MIB:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r} must be at least {minimum // MIB}M and whole MiB"
+        )
     return size
 
 
