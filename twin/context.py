@@ -38,6 +38,8 @@ class Context:
     env_overrides: dict[str, str] = field(default_factory=dict)
     throttled: int = 0
     trigger: dict[str, Any] = field(default_factory=dict)
+    # FAULT=pending-delete-refused: the sweeper's runs past the direct snapshots' Timeout
+    swept_later: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def state_faults(self) -> list[StateFault]:

@@ -148,6 +148,13 @@ class Report:
             "pending direct snapshots refused (the `put-*` and `pending-delete-refused` faults)"
         )
     )
+    swept_later: list[dict[str, Any]] = field(
+        metadata=_doc(
+            "FAULT=pending-delete-refused: the sweeper's runs once the direct snapshots teardown "
+            "left to time out are `error` and its grace period has passed (the clock moved on, "
+            "twin/later.py): what each run removed"
+        )
+    )
     trigger: dict[str, Any] = field(
         metadata=_doc("TRIGGER=tag: events, each delivery's answer, executions started")
     )
@@ -321,6 +328,7 @@ def _run_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         "spot_capacity_errors": counts.spot_capacity_errors,
         "harsh": counts.harsh,
         "direct_writes": counts.direct_writes,
+        "swept_later": ctx.swept_later,
         "trigger": ctx.trigger,
         "retriggered_executions": ctx.trigger.get("retriggered_executions", 0),
         "image": checks.image,

@@ -164,11 +164,7 @@ def volume_only_states(machine: Machine) -> list[str]:
     choice = states.get(TARGET_CHOICE)
     if choice is None:
         return []
-    snapshot_next = [
-        c["Next"]
-        for c in choice.get("Choices", [])
-        if c.get("Variable") == "$.plan.target" and c.get("StringEquals") == "snapshot"
-    ]
+    snapshot_next = [c["Next"] for c in choice.get("Choices", []) if _is_snapshot_rule(c)]
     if len(snapshot_next) != 1:
         raise SystemExit(
             f"sweep: {TARGET_CHOICE!r} has no single rule $.plan.target == 'snapshot': "
@@ -180,6 +176,14 @@ def volume_only_states(machine: Machine) -> list[str]:
     snapshot_path = _reachable(restricted, start)
     return [n for n in machine.task_states() if n in _reachable(states, start)
             and n not in snapshot_path]  # fmt: skip
+
+
+def _is_snapshot_rule(rule: dict[str, Any]) -> bool:
+    """A Choice rule that holds for $.plan.target == "snapshot" (alone or in an And)."""
+    parts = rule.get("And", [rule])
+    return any(
+        p.get("Variable") == "$.plan.target" and p.get("StringEquals") == "snapshot" for p in parts
+    )
 
 
 def instance_states(d: Deployment, machine: Machine) -> list[str]:
