@@ -26,7 +26,9 @@ failed or did not verify, 1 the bench itself failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -38,8 +40,11 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,9 @@ from devkit.chunks import CHUNK, written_chunks
 MIB = 1 << 20
 GIB = 1 << 30
 MB = 1_000_000  # AWS's "500 MB per second" is decimal
-PATHS = ("read", "block", "direct")
+PATHS = ("read", "block", "direct", "job")
+VOLUME_ID = "vol-0beec000000000001"  # the job finds it by its NVMe serial link
+BY_ID_PREFIX = "nvme-Amazon_Elastic_Block_Store_"
 ENV = {
     "AWS_ACCESS_KEY_ID": "AKIDBENCHSTANDIN",
     "AWS_SECRET_ACCESS_KEY": "bench-stand-in-secret",
@@ -68,7 +75,7 @@ ZERO_BLOCKS = 3  # blocks written with zeros: allocated in the image, nothing to
 class Run:
     """One timed copy of the data image (the columns of the report)."""
 
-    path: str  # "direct" | "block"
+    path: str  # "read" | "block" | "direct" (put-snapshot) | "job" (job --target snapshot)
     latency_ms: float | None = None
     max_concurrency: int | None = None
     jobs: int | None = None
@@ -180,6 +187,38 @@ def last_json_line(stdout: str, what: str) -> dict[str, Any]:
     return summary
 
 
+def timed(
+    cmd: list[str], env: dict[str, str], log: Path, note: str = ""
+) -> tuple[str, float, float]:
+    """Run a program on a cold cache: (stdout, wall seconds, its CPU seconds); stderr to `log`."""
+    cold_cache()
+    cpu, started = children_cpu(), time.monotonic()
+    with log.open("a") as stderr:
+        stderr.write(f"$ {' '.join(cmd)}{note}\n")
+        stderr.flush()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    seconds, cpu = time.monotonic() - started, children_cpu() - cpu
+    if proc.returncode != 0:
+        raise BenchError(f"sparsecopy {cmd[2]} exited {proc.returncode}; see {log}")
+    with log.open("a") as f:
+        f.write(f"summary: {json.dumps(last_json_line(proc.stdout, cmd[2]))}\n")
+    return proc.stdout, seconds, cpu
+
+
+def from_stand_in(run: Run, stats: dict[str, Any], snapshot_id: str) -> dict[int, str]:
+    """Fill `run` from the stand-in's counters; the snapshot's blocks (index -> SHA-256 hex)."""
+    snapshot = stats["snapshots"].get(snapshot_id, {})
+    run.standin_cpu_seconds = stats["cpu_seconds"]
+    run.put_seconds = stats["put_seconds"]
+    run.mean_puts_in_flight = stats["mean_puts_in_flight"]
+    run.max_puts_in_flight, run.rejected = stats["max_in_flight"], stats["rejected"]
+    blocks = {int(index): digest for index, digest in snapshot.get("blocks", {}).items()}
+    run.blocks, run.bytes = len(blocks), len(blocks) * CHUNK
+    if snapshot.get("status") != "completed":
+        run.problems.append(f"snapshot is {snapshot.get('status')!r}, not completed")
+    return blocks
+
+
 def put_once(program: Path, image: Path, size_gib: int, run: Run, log: Path) -> dict[int, str]:
     """One put-snapshot into a fresh stand-in process; fills `run` (seconds appended) and
     returns the blocks the stand-in's snapshot holds (index -> SHA-256 hex)."""
@@ -188,31 +227,81 @@ def put_once(program: Path, image: Path, size_gib: int, run: Run, log: Path) -> 
         env = {**os.environ, **ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
         cmd = ["python3", str(program), "put-snapshot", str(image), "--size-gib", str(size_gib)]
         cmd += ["--jobs", str(run.jobs)]
-        cold_cache()
-        cpu, started = children_cpu(), time.monotonic()
-        with log.open("a") as stderr:
-            stderr.write(f"$ {' '.join(cmd)}  (stand-in {ebs.url}, pid {ebs.pid})\n")
-            stderr.flush()
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
-        seconds = time.monotonic() - started
+        stdout, seconds, cpu = timed(cmd, env, log, f"  (stand-in {ebs.url}, pid {ebs.pid})")
         stats = ebs.stats()
-    if proc.returncode != 0:
-        raise BenchError(f"put-snapshot exited {proc.returncode}; see {log}")
-    summary = last_json_line(proc.stdout, "put-snapshot")
-    with log.open("a") as f:
-        f.write(f"summary: {json.dumps(summary)}\n")
-    snapshot = stats["snapshots"].get(str(summary.get("snapshotId")), {})
+    summary = last_json_line(stdout, "put-snapshot")
     run.seconds_runs.append(round(seconds, 2))
-    run.client_cpu_seconds = round(children_cpu() - cpu, 2)
-    run.standin_cpu_seconds = stats["cpu_seconds"]
-    run.blocks, run.retries = summary.get("blocks"), summary.get("retries")
-    run.bytes = (run.blocks or 0) * CHUNK
-    run.put_seconds = stats["put_seconds"]
-    run.mean_puts_in_flight = stats["mean_puts_in_flight"]
-    run.max_puts_in_flight, run.rejected = stats["max_in_flight"], stats["rejected"]
-    if snapshot.get("status") != "completed":
-        run.problems.append(f"snapshot is {snapshot.get('status')!r}, not completed")
-    return {int(index): digest for index, digest in snapshot.get("blocks", {}).items()}
+    run.client_cpu_seconds, run.retries = round(cpu, 2), summary.get("retries")
+    return from_stand_in(run, stats, str(summary.get("snapshotId")))
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def served_block_list(image: Path, work: Path) -> Iterator[str]:
+    """The job's --source-blocks-url: the image's block list as volume-0.json in a gzip tar,
+    served over local HTTP (in the workflow: a presigned S3 GET)."""
+    served = work / "served"
+    served.mkdir(exist_ok=True)
+    write_block_list(image, served / "volume-0.json")
+    with tarfile.open(served / "blocks.tar.gz", "w:gz") as tar:
+        tar.add(served / "volume-0.json", arcname="volume-0.json")
+    handler = functools.partial(QuietHandler, directory=str(served))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/blocks.tar.gz"
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(served, ignore_errors=True)
+
+
+def job_command(program: Path, snapshot_id: str, jobs: int, url: str) -> list[str]:
+    """The Command document's `sparsecopy job` in snapshot mode, for one volume."""
+    return [
+        "python3",
+        str(program),
+        "job",
+        *("--source-volume-ids", VOLUME_ID, "--source-device-names", "/dev/sdf"),
+        *("--target-volume-ids", "", "--target-device-names", ""),
+        *("--target", "snapshot", "--target-snapshot-ids", snapshot_id),
+        *("--jobs", str(jobs), "--verify", "false", "--source-blocks-url", url),
+    ]
+
+
+def job_once(program: Path, image: Path, work: Path, run: Run, log: Path) -> dict[int, str]:
+    """`sparsecopy job --target snapshot` over a loop device of the image (found by its NVMe
+    serial link, as on Nitro) into a snapshot started in a fresh stand-in process."""
+    assert run.latency_ms is not None and run.max_concurrency is not None and run.jobs
+    by_id = work / "by-id"
+    shutil.rmtree(by_id, ignore_errors=True)
+    by_id.mkdir()
+    res = Resources()
+    try:
+        device = res.attach(image)
+        (by_id / (BY_ID_PREFIX + VOLUME_ID.replace("-", ""))).symlink_to(device)
+        with (
+            StandInProcess(run.latency_ms / 1000, run.max_concurrency) as ebs,
+            served_block_list(image, work) as url,
+        ):
+            snapshot_id = ebs.start_snapshot(-(-image.stat().st_size // GIB))
+            env = {**os.environ, **ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
+            env["SPARSECOPY_BY_ID_DIR"] = str(by_id)
+            cmd = job_command(program, snapshot_id, run.jobs, url)
+            _, seconds, cpu = timed(cmd, env, log, f"  (stand-in {ebs.url}, pid {ebs.pid})")
+            stats = ebs.stats()
+    finally:
+        problems = res.close()
+        shutil.rmtree(by_id, ignore_errors=True)
+    if problems:
+        raise BenchError(f"clean-up: {problems}")
+    run.seconds_runs.append(round(seconds, 2))
+    run.client_cpu_seconds = round(cpu, 2)
+    return from_stand_in(run, stats, snapshot_id)
 
 
 def read_once(image: Path, run: Run) -> dict[int, str]:
@@ -286,10 +375,10 @@ def measure(
         plans.append(Run("read"))
     if "block" in args.paths:
         plans.append(Run("block"))
-    if "direct" in args.paths:
-        for latency in args.latency_ms:
-            for jobs in args.jobs:
-                plans.append(Run("direct", latency, args.max_concurrency, jobs))
+    for path, jobs_list in (("direct", args.jobs), ("job", args.job_jobs)):
+        if path in args.paths:
+            for latency in args.latency_ms:
+                plans += [Run(path, latency, args.max_concurrency, jobs) for jobs in jobs_list]
     for run in plans:
         runs.append(run)
         run.load_before = round(os.getloadavg()[0], 2)
@@ -313,6 +402,8 @@ def one_run(
         return put_once(program, image, size_gib, run, log)
     if run.path == "read":
         return read_once(image, run)
+    if run.path == "job":
+        return job_once(program, image, args.out / "work", run, log)
     res = Resources()
     try:
         target = copy_once(program, image, args.out / "work", res, run, log)
@@ -350,15 +441,21 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+PATH_LABELS = {
+    "read": "read only (no copy)",
+    "block": "copy to block device (loop)",
+    "direct": "put-snapshot (stand-in)",
+    "job": "job --target snapshot (stand-in)",
+}
+
+
 def row(run: Run) -> list[str]:
     """One line of the table (MB = 10^6 bytes, as AWS's "500 MB per second")."""
     rate = run.bytes / run.seconds / MB if run.bytes is not None and run.seconds else None
-    path = {"direct": "snapshot (stand-in)", "block": "block device (loop)"}.get(
-        run.path, "read only (no copy)"
-    )
+    path = PATH_LABELS[run.path]
     in_flight = (
         f"{_fmt(run.mean_puts_in_flight, 1)} / {run.max_puts_in_flight}"
-        if run.path == "direct"
+        if run.max_puts_in_flight is not None
         else "-"
     )
     cpu = f"{_fmt(run.client_cpu_seconds, 1)} / {_fmt(run.standin_cpu_seconds, 1)}"
@@ -481,6 +578,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=floats, default=[100.0, 20.0, 0.0])
     parser.add_argument("--max-concurrency", type=int, default=100, help="stand-in's limit")
     parser.add_argument("--jobs", type=ints, default=[100, 32], help="put-snapshot --jobs")
+    parser.add_argument(
+        "--job-jobs", type=ints, default=[16, 64], help="job --jobs (1-64; the workflow: 16)"
+    )
     parser.add_argument("--paths", type=names, default=list(PATHS))
     parser.add_argument("--repeat", type=int, choices=range(1, 10), default=1, metavar="N")
     parser.add_argument("--seed", type=int, default=7)

@@ -6,8 +6,9 @@ direct-write benchmark: in the client's process it would share the client's inte
 
 prints one JSON line {"url", "pid"} and then answers commands on stdin, one JSON line each on
 stdout: `stats` (requests, puts in flight, CPU seconds, every snapshot's blocks as SHA-256 hex),
-`reset` (forget snapshots and counters); end of stdin stops it. StandInProcess is the parent's
-side. Blocks are kept in memory (the bench's data must fit in RAM).
+`start GIB` (StartSnapshot, as the workflow's Lambda does before the job), `reset` (forget
+snapshots and counters); end of stdin stops it. StandInProcess is the parent's side. Blocks
+are kept in memory (the bench's data must fit in RAM).
 """
 
 from __future__ import annotations
@@ -136,6 +137,9 @@ def serve(server: MeasuredStandIn, commands: IO[str], answers: IO[str]) -> None:
             command = line.strip()
             if command == "stats":
                 answer: dict[str, Any] = server.report()
+            elif command.startswith("start "):  # what the Lambda's StartSnapshot would do
+                spec = {"VolumeSize": int(command.split()[1]), "Timeout": 60}
+                answer = json.loads(server.start(json.dumps(spec).encode())[2])
             elif command == "reset":
                 server.reset()
                 answer = {"reset": True}
@@ -196,6 +200,9 @@ class StandInProcess:
 
     def stats(self) -> dict[str, Any]:
         return self.ask("stats")
+
+    def start_snapshot(self, size_gib: int) -> str:
+        return str(self.ask(f"start {size_gib}")["SnapshotId"])
 
     def close(self) -> None:
         """End of stdin stops it; it is killed (by its own pid) if it does not go."""

@@ -12,11 +12,13 @@ import pytest
 
 from bench.direct_write import (
     PARTIAL_BLOCKS,
+    VOLUME_ID,
     ZERO_BLOCKS,
     Run,
     build_image,
     compare_blocks,
     data_layout,
+    job_once,
     nonzero_blocks,
     put_once,
 )
@@ -79,6 +81,25 @@ def test_put_snapshot_into_the_stand_in_process_holds_exactly_the_non_zero_block
     assert run.standin_cpu_seconds is not None and len(run.seconds_runs) == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a loop device as the source volume)")
+def test_the_job_in_snapshot_mode_puts_exactly_the_non_zero_blocks(tmp_path: Path) -> None:
+    image = tmp_path / "data.img"
+    build_image(image, 40 * MIB, 5 * MIB, seed=4)
+    run = Run("job", latency_ms=5, max_concurrency=4, jobs=3)
+    work = tmp_path / "work"
+    work.mkdir()
+    got = job_once(PROGRAM, image, work, run, tmp_path / "log")
+    assert got == _independent_nonzero_blocks(image)
+    assert run.blocks == 5 * MIB // CHUNK + PARTIAL_BLOCKS and run.problems == []
+    assert run.max_puts_in_flight is not None and 1 <= run.max_puts_in_flight <= 3
+    log = (tmp_path / "log").read_text()
+    assert f"{VOLUME_ID} -> snap-" in log and "--target snapshot" in log
+    assert not (work / "by-id").exists()  # the loop device is detached, its link removed
+    assert (
+        str(image) not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    )
+
+
 def test_the_stand_in_runs_in_its_own_process_and_counts_rejections(tmp_path: Path) -> None:
     image = tmp_path / "data.img"
     build_image(image, 16 * MIB, 4 * MIB, seed=9)
@@ -107,7 +128,7 @@ def test_the_stand_in_runs_in_its_own_process_and_counts_rejections(tmp_path: Pa
 
 def test_the_bench_command_writes_a_report_with_every_field(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "bench.direct_write", "--paths", "direct", "--size", "24M"]
+    cmd = [sys.executable, "-m", "bench.direct_write", "--paths", "read,direct", "--size", "24M"]
     cmd += ["--data", "3M", "--latency-ms", "0,5", "--jobs", "3", "--max-concurrency", "8"]
     proc = subprocess.run(
         [*cmd, "--out", str(out)], capture_output=True, text=True, cwd=ROOT, check=False
@@ -116,8 +137,10 @@ def test_the_bench_command_writes_a_report_with_every_field(tmp_path: Path) -> N
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["cpus"] == os.cpu_count()
     assert doc["config"]["data_blocks"] == 3 * MIB // CHUNK + PARTIAL_BLOCKS
-    assert [(r["path"], r["latency_ms"]) for r in doc["runs"]] == [("direct", 0), ("direct", 5)]
-    for run in doc["runs"]:
+    paths = [(r["path"], r["latency_ms"]) for r in doc["runs"]]
+    assert paths == [("read", None), ("direct", 0), ("direct", 5)]
+    assert doc["runs"][0]["verified"] is True
+    for run in doc["runs"][1:]:
         assert run["verified"] is True, run
         assert run["blocks"] == doc["config"]["data_blocks"]
         for key in ("seconds", "put_seconds", "mean_puts_in_flight", "max_puts_in_flight"):
