@@ -2,10 +2,11 @@
 representative part of it runs here (`make test`); `make sweep` runs every case (docs/sweep.md).
 
 The part run here: one kind at each key state, every kind at least three times, chosen so that it
-stays well under 8 minutes on 2 cores; the scenario tests (test_scenarios.py) add error@Report,
-abort@Launch transfer instance, throttle@Check instance and lost@Check compaction. Three cases lie
-on recovery paths (the failure chain, the warnings chain, the relaunch path): they run with the
-opener fault that leads there (twin/sweep.py RECOVERY_OPENERS).
+stays well under 8 minutes on 2 cores (the cases run the default input, target snapshot, except
+Create snapshots', which only target volume reaches); the scenario tests (test_scenarios.py) add
+error@Report, abort@Launch transfer instance, throttle@Check instance and lost@Check compaction.
+Three cases lie on recovery paths (the failure chain, the warnings chain, the relaunch path): they
+run with the opener fault that leads there (twin/sweep.py RECOVERY_OPENERS).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 from twin.emulator.faults import KINDS, FaultError, FaultList, Faults, StateFault, parse
 from twin.execution import Machine, task_states
-from twin.sweep import openers, plan, sweep, table
+from twin.sweep import openers, plan, sweep, table, target_coverage, volume_only_states
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,6 +39,9 @@ REPRESENTATIVE = [
     "lost@Attach volumes",
     "lost@Create snapshots",
     "lost@Check snapshots",
+    # the direct path: aborted while the instance puts blocks into the started snapshots (the
+    # cleanup workflow deletes them pending); Create snapshots above runs with target volume
+    "abort@Check compaction",
     # recovery paths, each behind its opener fault
     "error@Report failure",
     "abort@Teardown with warnings",
@@ -64,6 +68,9 @@ def test_plan_covers_every_task_state_and_kind(cdk_out: Path) -> None:
     assert opener["Teardown with warnings"] == opener["Report with warnings"] == "error@Report"
     assert opener["Teardown after failure"] == opener["Report failure"] == "error@Check compaction"
     assert opener["Check compaction"] == opener["Report"] == opener["Teardown"] == ""
+    # the Task states only target volume reaches run with it; the others with the default input
+    target = {c["state"]: c["target"] for c in cases}
+    assert {s for s, t in target.items() if t == "volume"} == {"Create snapshots"}, target
     with pytest.raises(SystemExit, match="not Task states"):
         plan(cdk_out, ["No such state"], None)
 
@@ -78,6 +85,8 @@ def test_representative_part_of_the_sweep_holds(cdk_out: Path, tmp_path: Path) -
         if not r.get("holds")
     ]
     assert not broken, table(rows, 0)
+    # both targets' states were entered (the direct path by the default input)
+    assert all(target_coverage(rows).values()), target_coverage(rows)
     # The faults took effect where the run passes the state.
     assert all(r["fault_applied"] for r in rows if r["state"] != "Register image"), table(rows, 0)
 
@@ -132,6 +141,34 @@ def test_openers_are_derived_and_fail_loudly(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr("twin.sweep.RECOVERY_OPENERS", {"Failure": "lost@Work"})
     with pytest.raises(SystemExit, match="no Catch of InstanceLost"):
         openers(machine)
+
+
+def test_volume_only_states_come_from_the_target_choice() -> None:
+    snapshot_rule = {"And": [{"Variable": "$.plan.target", "IsPresent": True},
+                             {"Variable": "$.plan.target", "StringEquals": "snapshot"}],
+                     "Next": "Direct"}  # fmt: skip
+    definition = {
+        "StartAt": "Copy",
+        "States": {
+            "Copy": {"Type": "Task", "Next": "Target is a snapshot?"},
+            "Target is a snapshot?": {
+                "Type": "Choice", "Choices": [snapshot_rule], "Default": "Create"
+            },
+            "Direct": {"Type": "Pass", "Next": "Check"},
+            "Create": {
+                "Type": "Task", "Next": "Check",
+                "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Undo"}],
+            },
+            "Undo": {"Type": "Task", "End": True},
+            "Check": {"Type": "Task", "End": True},
+        },
+    }  # fmt: skip
+    assert volume_only_states(Machine("", "arn", "m", definition)) == ["Create", "Undo"]
+    definition["States"]["Target is a snapshot?"]["Choices"] = [{"Variable": "$.x",
+                                                                 "StringEquals": "snapshot",
+                                                                 "Next": "Direct"}]  # fmt: skip
+    with pytest.raises(SystemExit, match="no single rule"):
+        volume_only_states(Machine("", "arn", "m", definition))
 
 
 def test_task_states_include_nested_branches() -> None:
