@@ -4,10 +4,11 @@
 # (empty,mixed,lvm,stale-itable; none for none), one run per method, the program's own --jobs,
 # no cap on the source's reads). SIZE >= 256M is for developing the bench (mkfs.xfs wants 300M).
 # Results: out/bench/ (BENCH_OUT=DIR to change).
-# `make bench-direct` (root for the block device path; BENCH_DIRECT_PATHS=direct without root):
-# the same data written as a snapshot into a local stand-in of the EBS direct APIs (in its own
-# process, BENCH_LATENCY_MS per request, at most BENCH_CONCURRENCY requests in flight) with
-# `sparsecopy put-snapshot --jobs BENCH_PUT_JOBS`, and copied to a loop device; results in
+# `make bench-direct` (root: loop devices; BENCH_DIRECT_PATHS=read,direct without root): the same
+# data written as a snapshot into a local stand-in of the EBS direct APIs (in its own process,
+# BENCH_LATENCY_MS per request, at most BENCH_CONCURRENCY requests in flight) by `sparsecopy
+# put-snapshot --jobs BENCH_PUT_JOBS` and `sparsecopy job --target snapshot --jobs BENCH_JOB_JOBS`,
+# and copied to a loop device; BENCH_PROGRAM_REV=HEAD runs sparsecopy as committed. Results in
 # out/bench-direct/ (docs/benchmark.md "Direct snapshot write vs target volume").
 .PHONY: bench bench-direct lint-bench test-bench
 # A variable, because a comma list inside $(or ...) would be split into arguments. (FS is the
@@ -16,7 +17,8 @@ BENCH_FILESYSTEMS := ext4,xfs,ntfs
 BENCH_OTHER_DISKS := empty,mixed,lvm,stale-itable
 BENCH_DIRECT_LATENCIES := 100,20,0
 BENCH_DIRECT_JOBS := 100,32
-BENCH_DIRECT_ALL_PATHS := direct,block
+BENCH_DIRECT_ALL_PATHS := read,block,direct,job
+BENCH_DIRECT_JOB_JOBS := 16,64
 
 lint-bench: setup
 	$(VENV)/bin/ruff check bench test/bench
@@ -36,6 +38,7 @@ bench: setup test-bench
 bench-direct: setup
 	$(PY) -m bench.direct_write --size $(or $(SIZE),5G) --data $(or $(BENCH_DATA),2G) \
 	  --latency-ms $(or $(BENCH_LATENCY_MS),$(BENCH_DIRECT_LATENCIES)) --max-concurrency $(or $(BENCH_CONCURRENCY),100) \
-	  --jobs $(or $(BENCH_PUT_JOBS),$(BENCH_DIRECT_JOBS)) --paths $(or $(BENCH_DIRECT_PATHS),$(BENCH_DIRECT_ALL_PATHS)) \
+	  --jobs $(or $(BENCH_PUT_JOBS),$(BENCH_DIRECT_JOBS)) \
+	  --job-jobs $(or $(BENCH_JOB_JOBS),$(BENCH_DIRECT_JOB_JOBS)) --paths $(or $(BENCH_DIRECT_PATHS),$(BENCH_DIRECT_ALL_PATHS)) \
 	  --repeat $(or $(BENCH_REPEAT),1) $(if $(BENCH_PROGRAM_REV),--program-rev $(BENCH_PROGRAM_REV)) \
 	  --out $(or $(BENCH_OUT),out/bench-direct)
