@@ -7,8 +7,9 @@ direct-write benchmark: in the client's process it would share the client's inte
 prints one JSON line {"url", "pid"} and then answers commands on stdin, one JSON line each on
 stdout: `stats` (requests, puts in flight, CPU seconds, every snapshot's blocks as SHA-256 hex),
 `start GIB` (StartSnapshot, as the workflow's Lambda does before the job), `reset` (forget
-snapshots and counters); end of stdin stops it. StandInProcess is the parent's side. Blocks
-are kept in memory (the bench's data must fit in RAM).
+snapshots and counters); end of stdin stops it. StandInProcess is the parent's side. Only each
+block's digest is kept (--keep-blocks keeps the data too, for GetSnapshotBlock), so a 10 GiB run
+needs no 10 GiB of memory.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class MeasuredStandIn(StandIn):
     CompleteSnapshot's aggregated checksum does not hash every block a second time (EBS seals
     asynchronously; a stand-in hashing a gigabyte there would add seconds AWS does not)."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, keep_blocks: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.keep_blocks = keep_blocks
         self.local = threading.local()
         self.put_spans: list[tuple[float, float]] = []
         self.digests: dict[str, dict[int, bytes]] = {}
@@ -65,6 +67,8 @@ class MeasuredStandIn(StandIn):
         digest = base64.b64decode(reply["x-amz-Checksum"])  # of the bytes it stored
         with self.lock:
             self.digests.setdefault(snap.snapshot_id, {})[index] = digest
+            if not self.keep_blocks:
+                snap.blocks[index] = b""  # the digest is all the bench reads back
         return status, reply, data
 
     def linear_checksum(self, blocks: dict[int, bytes]) -> str:
@@ -154,9 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds each request takes")
     parser.add_argument("--max-concurrency", type=int, default=100, help="requests in flight")
     parser.add_argument("--seal-seconds", type=float, default=0.0)
+    parser.add_argument("--keep-blocks", action="store_true", help="keep the data (read calls)")
     args = parser.parse_args(argv)
     server = MeasuredStandIn(
-        latency=args.latency, max_concurrency=args.max_concurrency, seal_seconds=args.seal_seconds
+        keep_blocks=args.keep_blocks,
+        latency=args.latency,
+        max_concurrency=args.max_concurrency,
+        seal_seconds=args.seal_seconds,
     )
     serve(server, sys.stdin, sys.stdout)
     return 0
