@@ -25,7 +25,7 @@ from .disk_copy import CopyOptions, copy_disk, inspect_disk
 from .errors import Failure
 from .plan import ALLOCATED
 from .progress import log
-from .snapshot_copy import SnapshotOptions, copy_to_snapshot
+from .snapshot_copy import SnapshotOptions, copy_to_snapshot, left_pending
 from .summary import MAX_VOLUMES, Json, _count, dumps, error_line, join
 
 PREFIX = "sparsecopy: "  # what log() starts every line with; the error line keeps it
@@ -157,6 +157,26 @@ def _error_text(exc: BaseException) -> str:
     return PREFIX + message
 
 
+def _find_source(volume: Volume, options: JobOptions, steps: Steps) -> str:
+    """The source's device; with a snapshot target a failure names the snapshot left pending."""
+    try:
+        return steps.find(volume.source_id, volume.source_device_name)
+    except Failure as exc:
+        if options.target != SNAPSHOT or options.mode == "inspect":
+            raise
+        raise Failure(f"{left_pending(volume.target_snapshot_id)}: {exc}") from exc
+
+
+def _put_volume(
+    volume: Volume, source: str, options: JobOptions, blocks: Optional[str], steps: Steps
+) -> Json:
+    log(f"copying {source} -> snapshot {volume.target_snapshot_id}")
+    put = SnapshotOptions(
+        source, volume.target_snapshot_id, options.method, options.jobs, options.verify, blocks
+    )
+    return steps.put(put)
+
+
 def copy_volume(
     volume: Volume, count: int, options: JobOptions, blocks: Optional[str], steps: Steps
 ) -> Json:
@@ -166,20 +186,11 @@ def copy_volume(
     log(f"volume {volume.order + 1}/{count}: {volume.source_id} -> {into}")
     progress.VOLUME[0] = f" (volume {volume.order + 1}/{count})"
     try:
-        source = steps.find(volume.source_id, volume.source_device_name)
+        source = _find_source(volume, options, steps)
         if options.mode == "inspect":
             return steps.inspect(source, blocks)
         if options.target == SNAPSHOT:
-            log(f"copying {source} -> snapshot {volume.target_snapshot_id}")
-            put = SnapshotOptions(
-                source,
-                volume.target_snapshot_id,
-                options.method,
-                options.jobs,
-                options.verify,
-                blocks,
-            )
-            return steps.put(put)
+            return _put_volume(volume, source, options, blocks, steps)
         target = steps.find(volume.target_id, volume.target_device_name)
         log(f"copying {source} -> {target}")
         copy = CopyOptions(

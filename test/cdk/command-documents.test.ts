@@ -344,7 +344,9 @@ describe('the compact-volumes script', () => {
     expect(run.status).toBe(1);
     expect(run.stdoutLines.map((line) => JSON.parse(line))).toEqual([
       {
-        error: expect.stringMatching(/^sparsecopy: error: volume vol-0000000000000000a is not attached/),
+        error: expect.stringMatching(
+          /^sparsecopy: error: snapshot snap-2222222222222222a NOT completed, left pending until its timeout: volume vol-0000000000000000a is not attached/,
+        ),
         sourceVolumeId: 'vol-0000000000000000a',
       },
     ]);

@@ -459,6 +459,27 @@ def test_lists_that_do_not_pair_up_are_refused_before_anything_runs(
     assert instance.calls == []
 
 
+def test_a_source_that_is_not_attached_names_the_snapshot_left_pending() -> None:
+    instance = Instance()
+    steps = instance.steps()
+
+    def find(volume_id: str, device_name: str | None) -> str:
+        if volume_id == SOURCES[1]:
+            raise Failure(f"volume {volume_id} is not attached to this instance")
+        return instance.find(volume_id, device_name)
+
+    code, line = job.run(_options(), steps._replace(find=find))
+    assert (code, json.loads(line)) == (
+        1,
+        {
+            "error": f"sparsecopy: error: snapshot {SNAPSHOTS[1]} NOT completed, left pending "
+            f"until its timeout: volume {SOURCES[1]} is not attached to this instance",
+            "sourceVolumeId": SOURCES[1],
+        },
+    )
+    assert [c[0] for c in instance.calls] == ["find", "put"]
+
+
 def test_a_dry_run_with_target_snapshot_only_pairs_the_sources() -> None:
     inspected: list[str] = []
 
