@@ -15,6 +15,8 @@ import functools
 import http.server
 import json
 import os
+import shutil
+import subprocess
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Run, attached, blank_like, sparsecopy, working_copy
+from conftest import PROGRAM, Run, attached, blank_like, sparsecopy, working_copy
 from sparsecopy import credentials, ebs_direct, job, snapshot_copy, summary
 from sparsecopy.device import BY_ID_PREFIX
 from sparsecopy.errors import Failure
@@ -112,9 +114,19 @@ def _instance(tmp_path: Path, volumes: dict[str, Path]) -> Iterator[Path]:
         yield by_id
 
 
-def _job(by_id: Path, stand_in: StandIn, snapshots: list[str], *extra: str) -> Run:
+PYTHON_39 = [
+    p
+    for p in (shutil.which("python3.9"), "/root/.pyenv/versions/3.9.18/bin/python3.9")
+    if p and Path(p).is_file() and "shims" not in p
+]
+
+
+def _job(
+    by_id: Path, stand_in: StandIn, snapshots: list[str], *extra: str, python: str = ""
+) -> Run:
     count = len(snapshots)
-    return sparsecopy(
+    run = functools.partial(_run_with, python) if python else sparsecopy
+    return run(
         "job",
         "--source-volume-ids",
         ",".join(SOURCES[:count]),
@@ -138,6 +150,18 @@ def _job(by_id: Path, stand_in: StandIn, snapshots: list[str], *extra: str) -> R
             "SPARSECOPY_PROGRESS_SECONDS": "0",
         },
     )
+
+
+def _run_with(python: str, *args: str, env: dict[str, str]) -> Run:
+    proc = subprocess.run(
+        [python, str(PROGRAM), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+        check=False,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
@@ -240,6 +264,21 @@ def test_a_corrupted_put_never_completes_and_the_error_line_names_the_snapshot(
     )
     assert "CompleteSnapshot" not in ebs.stats.requests
     assert ebs.snapshots[snapshot_id].advance().status == "pending"
+
+
+@pytest.mark.needs_root
+@pytest.mark.usefixtures("no_leaks")
+@pytest.mark.skipif(not PYTHON_39, reason="no Python 3.9 interpreter here")
+def test_the_snapshot_job_runs_on_python_39(tmp_path: Path, ebs: StandIn) -> None:
+    """AL2023's python3 is 3.9: plan, stream, complete, wait for the seal and read back on it."""
+    source = disks.build_bare_ext4(tmp_path / "a.img", size=64 * disks.MIB, seed=24)
+    snapshot_id = _start(ebs, source.size)
+    with _instance(tmp_path, {SOURCES[0]: source.path}) as by_id:
+        run = _job(by_id, ebs, [snapshot_id], "--verify", "true", python=PYTHON_39[0])
+    assert run.returncode == 0, run.stderr
+    (volume,) = run.summary["volumes"]
+    assert volume["verified"] is True
+    assert volume["blocks_put"] == len(ebs.snapshots[snapshot_id].blocks) > 0
 
 
 # ---------------------------------------------------------------- faults, in process
