@@ -193,6 +193,8 @@ export class CompactorStack extends Stack {
       vpc: network.vpc,
       architecture: this.settings.architecture,
       commandLogGroup,
+      stackName: this.settings.stackName,
+      kmsKeyArns: this.kmsKeyArns(),
     });
     const document = new CompactVolumesDocument(this, 'CompactVolumesDocument');
     const sourceBlocks = new SourceBlocksBucket(this, 'SourceBlocksBucket', {
@@ -202,6 +204,13 @@ export class CompactorStack extends Stack {
       retentionDays: this.settings.batchResultRetentionDays,
     });
     return { network, transfer, document, commandLogGroup, sourceBlocks, batchResults };
+  }
+
+  /** The kmsKeyArns setting, or every key of this account and Region. */
+  private kmsKeyArns(): string[] {
+    return (
+      this.settings.kmsKeyArns ?? [this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' })]
+    );
   }
 
   private taskRole(d: DataPlane): TaskRole {
@@ -215,9 +224,7 @@ export class CompactorStack extends Stack {
       documentName: d.document.documentName,
       programObjectArn: d.document.programObjectArn,
       commandLogGroupArn: d.commandLogGroup.logGroupArn,
-      kmsKeyArns: this.settings.kmsKeyArns ?? [
-        this.formatArn({ service: 'kms', resource: 'key', resourceName: '*' }),
-      ],
+      kmsKeyArns: this.kmsKeyArns(),
       sourceBlocksBucket: d.sourceBlocks.bucket,
       batchResultsBucket: d.batchResults.bucket,
       batchStateMachineName: batchStateMachineName(this.settings.stackName),

@@ -90,7 +90,11 @@ function taskRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledgement
       rule: `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::${resource}/*]`,
       reason:
         `Source ${resource}s may belong to any account (shared or public), so they cannot be listed; changing ` +
-        `or deleting ${resource}s is limited to those tagged with this stack.`,
+        `or deleting ${resource}s is limited to those tagged with this stack` +
+        (resource === 'snapshot'
+          ? '; a direct snapshot (ebs:StartSnapshot and its tags) has no id before it starts, and must be ' +
+            'started with the stack, an execution and role snapshot as request tags.'
+          : '.'),
     })),
     {
       on,
@@ -103,14 +107,44 @@ function taskRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledgement
       on,
       rule: 'IAM5[Action::kms:ReEncrypt*]',
       reason:
-        'EBS needs ReEncryptFrom and ReEncryptTo to create a volume or snapshot under another key; only via EC2.',
+        'EBS needs ReEncryptFrom and ReEncryptTo to create a volume or snapshot under another key (and lists ' +
+        'kms:ReEncrypt* for the EBS direct APIs); only via EC2/EBS (kms:ViaService).',
     },
     {
       on,
       rule: 'IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]',
       reason:
-        'Default of the kmsKeyArns setting: any key of this account, but only through EC2 (kms:ViaService), ' +
-        'and key policies still decide. Set kmsKeyArns to list the keys instead.',
+        'Default of the kmsKeyArns setting: any key of this account, but only through EC2 or EBS ' +
+        '(kms:ViaService), and key policies still decide. Set kmsKeyArns to list the keys instead.',
+    },
+  ];
+}
+
+/** target snapshot: the transfer instance writes and reads the stack's direct snapshots (lib/transfer-instance.ts). */
+function instanceRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledgement[] {
+  const on = t.instanceRole;
+  return [
+    {
+      on,
+      rule: 'IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::snapshot/*]',
+      reason:
+        'The direct snapshots start_compaction starts: ids unknown before; PutSnapshotBlock, CompleteSnapshot, ' +
+        'GetSnapshotBlock and ListSnapshotBlocks only on snapshots tagged with this stack, an execution and role ' +
+        'snapshot (aws:ResourceTag). The role serves every execution of the stack: a static policy cannot name one.',
+    },
+    {
+      on,
+      rule: 'IAM5[Action::kms:ReEncrypt*]',
+      reason:
+        'The KMS actions the EBS user guide lists for the EBS direct APIs on an encrypted snapshot; only via ' +
+        'EBS (kms:ViaService).',
+    },
+    {
+      on,
+      rule: 'IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]',
+      reason:
+        'Default of the kmsKeyArns setting (the keys of the new snapshots): any key of this account, only via EBS ' +
+        '(kms:ViaService), and key policies still decide. Set kmsKeyArns to list the keys instead.',
     },
   ];
 }
@@ -175,7 +209,7 @@ function createdVpcAcknowledgements(vpc: ec2.Vpc): Acknowledgement[] {
       on: vpc,
       rule: 'VPC7',
       reason:
-        'The created VPC carries only HTTPS from short-lived transfer instances to the SSM/Logs/S3 endpoints; ' +
+        'The created VPC carries only HTTPS from short-lived transfer instances to the SSM/Logs/EBS/S3 endpoints; ' +
         'pass vpcId/subnetIds to use a VPC with your own flow logs.',
     },
     {
@@ -221,6 +255,7 @@ export function nagAcknowledgements(t: NagAcknowledgementTargets): Acknowledgeme
         'the task role writes and deletes them and CloudTrail records those calls; access logs would outlive them.',
     },
     ...taskRoleAcknowledgements(t),
+    ...instanceRoleAcknowledgements(t),
     ...functionAcknowledgements(t),
     ...stateMachineAcknowledgements(t),
     {

@@ -15,8 +15,10 @@ export interface TransferNetwork {
 
 /**
  * Without vpcId/subnetIds the stack creates a VPC with private isolated subnets in two AZs. Transfer
- * instances need only the SSM and CloudWatch Logs APIs (interface endpoints) and S3 (gateway endpoint,
- * free; AL2023 repositories and SSM agent updates live in S3), so there is no NAT gateway.
+ * instances need only the SSM, CloudWatch Logs and EBS direct APIs (interface endpoints) and S3 (gateway
+ * endpoint, free; AL2023 repositories and SSM agent updates live in S3), so there is no NAT gateway. With the
+ * user's VPC nothing is created: its subnets must reach those APIs, ebs.<region>.amazonaws.com included
+ * (docs/deploy.md).
  */
 export function transferNetwork(scope: Construct, settings: Settings): TransferNetwork {
   if (settings.vpcId !== undefined && settings.subnetIds !== undefined) {
@@ -42,13 +44,17 @@ export function transferNetwork(scope: Construct, settings: Settings): TransferN
     SsmMessages: ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
     Ec2Messages: ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
     Logs: ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    // target snapshot: the data plane's PutSnapshotBlock/CompleteSnapshot/GetSnapshotBlock/ListSnapshotBlocks
+    // (com.amazonaws.<region>.ebs; private DNS makes ebs.<region>.amazonaws.com resolve to it). Its cost is in
+    // docs/deploy.md ("What the stack creates").
+    Ebs: ec2.InterfaceVpcEndpointAwsService.EBS_DIRECT,
   };
-  // One security group for the four interface endpoints: HTTPS from the VPC, so the transfer instances'
+  // One security group for the five interface endpoints: HTTPS from the VPC, so the transfer instances'
   // group can name it as its only destination besides S3.
   const endpointSecurityGroup = new ec2.SecurityGroup(vpc, 'EndpointSecurityGroup', {
     vpc,
     description:
-      'ebs-snapshot-compactor interface endpoints (SSM, SSM messages, EC2 messages, Logs): HTTPS in',
+      'ebs-snapshot-compactor interface endpoints (SSM, SSM messages, EC2 messages, Logs, EBS direct): HTTPS in',
     allowAllOutbound: false,
   });
   endpointSecurityGroup.addIngressRule(

@@ -14,6 +14,7 @@ import { Construct } from 'constructs';
 import contractMetrics from '../contract/metrics.json';
 import contractTasks from '../contract/tasks.json';
 import { Settings } from './settings';
+import { STACK_TAG } from './tags';
 import {
   checkedEnvironment,
   createTaskFunction,
@@ -21,7 +22,6 @@ import {
   TaskFunctionShared,
 } from './task-functions';
 
-export const STACK_TAG = 'ebs-snapshot-compactor:stack';
 export const METRIC_NAMESPACE = contractMetrics.namespace;
 export type MetricName = keyof typeof contractMetrics.metrics;
 

@@ -3,10 +3,9 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
 import { BATCH_RESULTS_PREFIX } from './source-blocks-bucket';
+import { DELIVERED_TAG, EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from './tags';
 
-export const STACK_TAG = 'ebs-snapshot-compactor:stack';
-/** Put by check_snapshots on the new snapshots once all are completed (lambdas/compactor/tags.py). */
-export const DELIVERED_TAG = 'ebs-snapshot-compactor:delivered';
+export { DELIVERED_TAG, STACK_TAG };
 
 export interface TaskRoleProps {
   readonly stackName: string;
@@ -332,6 +331,77 @@ function keyStatements(c: StatementContext): iam.PolicyStatement[] {
   ];
 }
 
+/**
+ * The request tags every new snapshot of the stack carries (snapshots._new_snapshot_tags): the stack's name,
+ * an execution (present; its value is not known to a static policy) and role `snapshot`.
+ */
+export function newSnapshotTagConditions(stackName: string): Record<string, Record<string, string>> {
+  return {
+    StringEquals: {
+      [`aws:RequestTag/${STACK_TAG}`]: stackName,
+      [`aws:RequestTag/${ROLE_TAG}`]: SNAPSHOT_ROLE,
+    },
+    Null: { [`aws:RequestTag/${EXECUTION_TAG}`]: 'false' },
+  };
+}
+
+/**
+ * The KMS actions the EBS direct APIs need on the key of an encrypted snapshot (EBS user guide, "Control access
+ * to EBS direct APIs using IAM", "Permissions to use AWS KMS keys"; kms:DescribeKey is granted apart, and the
+ * guide's ec2:CreateTags is not a KMS action).
+ */
+export const EBS_DIRECT_KMS_ACTIONS = [
+  'kms:CreateGrant',
+  'kms:Decrypt',
+  'kms:Encrypt',
+  'kms:GenerateDataKey',
+  'kms:GenerateDataKeyWithoutPlaintext',
+  'kms:ReEncrypt*',
+];
+
+/**
+ * kms:ViaService for the EBS direct APIs. AWS documents no value for them (EBS's own entry in the KMS guide
+ * is ec2.<region>.amazonaws.com, the direct APIs' endpoint is ebs.<region>.amazonaws.com): both are EBS,
+ * nothing else may use the keys through this grant.
+ */
+export function ebsViaServices(region: string): string[] {
+  return [`ec2.${region}.amazonaws.com`, `ebs.${region}.amazonaws.com`];
+}
+
+/**
+ * target snapshot (start_compaction): StartSnapshot of the stack's new snapshots only, tagged at start. A
+ * StartSnapshot with Tags also authorizes ec2:CreateTags (Service Authorization Reference, EBS API operations:
+ * StartSnapshot -> ebs:StartSnapshot, ec2:CreateTags, with no static ec2:CreateAction value listed), so the
+ * tag grant is conditioned on the same request tags and not on ec2:CreateAction. What that leaves open: a plain
+ * CreateTags that puts exactly these three ownership tags on an existing snapshot of the account; no code of the
+ * stack makes that call. Encrypted snapshots: the kmsKeyArns setting's keys, only through EBS.
+ */
+function directSnapshotStatements(c: StatementContext): iam.PolicyStatement[] {
+  const newSnapshot = newSnapshotTagConditions(c.props.stackName);
+  return [
+    new iam.PolicyStatement({
+      sid: 'StartTheStacksDirectSnapshots',
+      // iam-data: StartSnapshot authorizes the (new) snapshot with aws:RequestTag/*, aws:TagKeys, ebs:VolumeSize,
+      // ebs:Description and ebs:ParentSnapshot; start_compaction starts without a parent.
+      actions: ['ebs:StartSnapshot'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: { ...newSnapshot, Null: { ...newSnapshot.Null, 'ebs:ParentSnapshot': 'true' } },
+    }),
+    new iam.PolicyStatement({
+      sid: 'TagDirectSnapshotsWhileStarting',
+      actions: ['ec2:CreateTags'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: newSnapshot,
+    }),
+    new iam.PolicyStatement({
+      sid: 'StartEncryptedDirectSnapshotsThroughEbs',
+      actions: EBS_DIRECT_KMS_ACTIONS,
+      resources: c.props.kmsKeyArns,
+      conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(c.stack.region) } },
+    }),
+  ];
+}
+
 /** List the source snapshots' blocks (metadata only) and keep the lists in the stack's bucket. */
 function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
   return [
@@ -428,6 +498,7 @@ const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
   iamStatements,
   commandStatements,
   keyStatements,
+  directSnapshotStatements,
   blockListStatements,
   batchResultStatements,
   eventStatements,

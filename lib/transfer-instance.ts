@@ -1,3 +1,4 @@
+import { Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
@@ -5,6 +6,8 @@ import { Construct } from 'constructs';
 import { Architecture } from './settings';
 import { transferEgress } from './network';
 import { ssmAgentPolicyDocument } from './ssm-agent-policy';
+import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from './tags';
+import { EBS_DIRECT_KMS_ACTIONS, ebsViaServices } from './task-role';
 
 export const AL2023_AMI_PARAMETER: Record<Architecture, string> = {
   x86_64: '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64',
@@ -26,6 +29,10 @@ export interface TransferInstanceProps {
   readonly architecture: Architecture;
   /** Where the SSM agent sends the Command document's output. */
   readonly commandLogGroup: logs.ILogGroup;
+  /** The stack tag's value: the direct snapshot grants need it on the snapshot. */
+  readonly stackName: string;
+  /** The keys the task role may use for new snapshots (the kmsKeyArns setting): encrypted direct snapshots. */
+  readonly kmsKeyArns: string[];
 }
 
 /**
@@ -41,6 +48,7 @@ export class TransferInstance extends Construct {
   constructor(scope: Construct, id: string, props: TransferInstanceProps) {
     super(scope, id);
     this.role = this.createRole(props.commandLogGroup);
+    this.allowDirectSnapshotWrites(props.stackName, props.kmsKeyArns);
     this.securityGroup = this.createSecurityGroup(props.vpc);
     this.amiParameterName = AL2023_AMI_PARAMETER[props.architecture];
     this.launchTemplate = this.createLaunchTemplate();
@@ -75,12 +83,52 @@ export class TransferInstance extends Construct {
     return role;
   }
 
+  /**
+   * target snapshot: the data plane puts the blocks of the snapshots start_compaction started, completes them
+   * and (--verify) reads them back, through the EBS direct APIs, only on snapshots tagged with this stack, an
+   * execution and role `snapshot`. The role is shared by every execution of the stack, so the grant cannot
+   * name the execution: per-execution scoping is not expressible in a static policy (the instance only learns
+   * its snapshot ids from the command). Encrypted snapshots: the kmsKeyArns keys, only through EBS.
+   */
+  private allowDirectSnapshotWrites(stackName: string, kmsKeyArns: string[]): void {
+    const stack = Stack.of(this);
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'WriteTheStacksDirectSnapshots',
+        actions: [
+          'ebs:PutSnapshotBlock',
+          'ebs:CompleteSnapshot',
+          'ebs:GetSnapshotBlock',
+          'ebs:ListSnapshotBlocks',
+        ],
+        resources: [
+          stack.formatArn({ service: 'ec2', account: '', resource: 'snapshot', resourceName: '*' }),
+        ],
+        conditions: {
+          StringEquals: {
+            [`aws:ResourceTag/${STACK_TAG}`]: stackName,
+            [`aws:ResourceTag/${ROLE_TAG}`]: SNAPSHOT_ROLE,
+          },
+          Null: { [`aws:ResourceTag/${EXECUTION_TAG}`]: 'false' },
+        },
+      }),
+    );
+    this.role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'WriteEncryptedDirectSnapshotsThroughEbs',
+        actions: EBS_DIRECT_KMS_ACTIONS,
+        resources: kmsKeyArns,
+        conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(stack.region) } },
+      }),
+    );
+  }
+
   /** No inbound; HTTPS out to the endpoints (the stack's VPC) or anywhere (the user's VPC). */
   private createSecurityGroup(vpc: ec2.IVpc): ec2.SecurityGroup {
     const securityGroup = new ec2.SecurityGroup(this, 'SecurityGroup', {
       vpc,
       description:
-        'ebs-snapshot-compactor transfer instances: no inbound; HTTPS out to the SSM, Logs and S3 endpoints',
+        'ebs-snapshot-compactor transfer instances: no inbound; HTTPS out to the SSM, Logs, EBS and S3 endpoints',
       allowAllOutbound: false,
     });
     const egress = transferEgress(vpc);
@@ -89,7 +137,7 @@ export class TransferInstance extends Construct {
       securityGroup.addEgressRule(
         egress.endpointSecurityGroup,
         ec2.Port.tcp(443),
-        'HTTPS to the SSM, SSM messages, EC2 messages and Logs endpoints',
+        'HTTPS to the SSM, SSM messages, EC2 messages, Logs and EBS direct endpoints',
       );
       securityGroup.addEgressRule(
         ec2.Peer.prefixList(egress.s3PrefixListId),
@@ -99,7 +147,11 @@ export class TransferInstance extends Construct {
     } else {
       // The user's VPC: its routes decide where 443 goes; docs/deploy.md ("What the stack creates", transfer
       // instance) says what to allow instead.
-      securityGroup.addEgressRule(ec2.Peer.anyIpv4(), ec2.Port.tcp(443), 'HTTPS to AWS APIs (SSM, Logs, S3)');
+      securityGroup.addEgressRule(
+        ec2.Peer.anyIpv4(),
+        ec2.Port.tcp(443),
+        'HTTPS to AWS APIs (SSM, Logs, EBS, S3)',
+      );
     }
     return securityGroup;
   }

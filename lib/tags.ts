@@ -1,0 +1,15 @@
+/**
+ * The tag keys and values the IAM policies of this stack condition on, as lambdas/compactor/tags.py puts
+ * them (test/cdk/tags.test.ts reads tags.py and fails if the two ever differ).
+ */
+
+/** Every resource the workflow makes carries the stack name here; every grant that changes something needs it. */
+export const STACK_TAG = 'ebs-snapshot-compactor:stack';
+/** The execution name of the workflow execution that made the resource (teardown finds its leftovers by it). */
+export const EXECUTION_TAG = 'ebs-snapshot-compactor:execution';
+/** What the resource is to the execution: transfer-instance, source-volume, snapshot, image. */
+export const ROLE_TAG = 'ebs-snapshot-compactor:role';
+/** ROLE_TAG's value on a new snapshot (CreateSnapshot of a target volume, or StartSnapshot of a direct one). */
+export const SNAPSHOT_ROLE = 'snapshot';
+/** Put by check_snapshots on the new snapshots once all are completed. */
+export const DELIVERED_TAG = 'ebs-snapshot-compactor:delivered';
