@@ -124,9 +124,11 @@ class Source:
                 self.held.touch(offset, length)
             with self.lock:
                 self.bytes_read += length
-        out = bytearray(BLOCK_SIZE)
+        if block.parts == FULL and length == BLOCK_SIZE:  # the whole block is copied
+            return buf[:BLOCK_SIZE]
+        out = bytearray(BLOCK_SIZE)  # past the device's end: zeros, never the buffer's last block
         for lo, hi in block.parts:
-            out[lo:hi] = buf[lo:hi]
+            out[lo : min(hi, length)] = buf[lo : min(hi, length)]
         return bytes(out)
 
     def blocks(self, ranges: Extents) -> Iterator[Block]:

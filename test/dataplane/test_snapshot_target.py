@@ -397,9 +397,13 @@ def test_source_blocks_are_masked_and_padded(tmp_path: Path) -> None:
         source = snapshot_copy.Source(fd, BLOCK + 4096, None)
         first = source.read(snapshot_copy.Block(0, 0, ((512, 1024),)))
         last = source.read(snapshot_copy.Block(1, 0, ((0, 4096),)))
+        whole = source.read(snapshot_copy.Block(0, 0, snapshot_copy.FULL))
         assert first == bytes(512) + b"\x01" * 512 + bytes(BLOCK - 1024)
         assert last == b"\x02" * 4096 + bytes(BLOCK - 4096)
-        assert source.bytes_read == 2 * BLOCK - (BLOCK - 4096)
+        assert whole == b"\x01" * BLOCK
+        assert source.bytes_read == 2 * BLOCK + 4096
+        assert source.again(1) == b"\x02" * 4096 + bytes(BLOCK - 4096)  # not counted
+        assert source.bytes_read == 2 * BLOCK + 4096
     finally:
         os.close(fd)
 
