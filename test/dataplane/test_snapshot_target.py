@@ -183,6 +183,7 @@ def test_the_snapshot_holds_exactly_the_nonzero_blocks_of_a_volume_copy(
     source = working_copy(pristine, tmp_path / "source.img")
     listed = _block_list(tmp_path / "list.json", source.path) if with_list else None
     snapshot_id = _start(ebs, source.size)
+    ebs.seal_seconds = 1.0  # CompleteSnapshot answers pending: verify waits for the seal
     with contextlib.ExitStack() as stack:
         by_id = stack.enter_context(_instance(tmp_path, {SOURCES[0]: source.path}))
         url = ""
@@ -264,6 +265,22 @@ def test_a_corrupted_put_never_completes_and_the_error_line_names_the_snapshot(
     )
     assert "CompleteSnapshot" not in ebs.stats.requests
     assert ebs.snapshots[snapshot_id].advance().status == "pending"
+
+
+@pytest.mark.needs_root
+@pytest.mark.usefixtures("no_leaks")
+def test_btrfs_which_allocated_trims_is_put_raw_every_nonzero_block(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    source = disks.build_btrfs(tmp_path / "a.img")
+    snapshot_id = _start(ebs, source.size)
+    with _instance(tmp_path, {SOURCES[0]: source.path}) as by_id:
+        run = _job(by_id, ebs, [snapshot_id], "--verify", "true")
+    assert run.returncode == 0, run.stderr
+    (volume,) = run.summary["volumes"]
+    assert volume["methods"] == {"raw": 1}
+    assert volume["notes"] == [f"partition 1 (btrfs, raw): {snapshot_copy.BTRFS_RAW}"]
+    assert ebs.snapshots[snapshot_id].blocks == _blocks_of(source.path)
 
 
 @pytest.mark.needs_root
