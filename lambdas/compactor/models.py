@@ -7,6 +7,8 @@ real NotRequired[...] to know which keys are optional.)"""
 from typing import Any, Literal, NotRequired, TypedDict
 
 Method = Literal["allocated", "trim"]
+# where the copy is written: a direct snapshot (EBS direct APIs) or a target volume
+Target = Literal["snapshot", "volume"]
 SourceKind = Literal["snapshot", "image"]
 Market = Literal["spot", "on-demand"]
 # teardown's outcome: what to delete (cleanup = failure, run by the cleanup state machine)
@@ -85,6 +87,7 @@ class Plan(TypedDict):
     volumes: list[VolumePlan]
     image: ImageSpec | None
     method: Method
+    target: Target
     jobs: int
     verify: bool
     fastSnapshotRestoreAzs: list[str]
@@ -139,7 +142,8 @@ class SourceBlocksResult(TypedDict):
 class AttachedVolume(TypedDict):
     index: int
     sourceVolumeId: str
-    targetVolumeId: str | None  # None in a dry run: no target volume
+    # None in a dry run and with target snapshot: no target volume
+    targetVolumeId: str | None
     sourceDeviceName: str
     targetDeviceName: str | None
 
@@ -160,6 +164,9 @@ class AttachResult(TypedDict):
 
 class CommandResult(TypedDict):
     commandId: str
+    # target snapshot: the direct snapshots start_compaction started, in volume index order
+    # ([] for target volume and a dry run)
+    directSnapshots: list["SnapshotItem"]
 
 
 class CompactionProgress(TypedDict):
@@ -243,6 +250,7 @@ class TeardownResult(TypedDict):
     keptSnapshots: list[str]
     keptImages: list[str]
     transientErrors: list[str]
+    leftToTimeOut: list[str]
 
 
 class VolumeEstimate(TypedDict):
@@ -270,6 +278,7 @@ class VolumeReport(TypedDict):
     index: int
     sourceSnapshotId: str
     newSnapshotId: str | None
+    targetSnapshotId: str | None
     sourceFullSizeBytes: int | None
     newFullSizeBytes: int | None
     sourceBytesRead: int | None
@@ -289,6 +298,7 @@ class ErrorInfo(TypedDict):
 class Report(TypedDict):
     outcome: ReportOutcome
     executionName: str | None
+    target: Target | None
     source: SourceRef | None
     volumes: list[VolumeReport]
     imageId: str | None

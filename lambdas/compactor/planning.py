@@ -43,8 +43,7 @@ def plan(
     source, image, mappings = _source(request, config)
     sources = [snapshots.describe_source(snapshot_id) for _, snapshot_id in mappings]
     _check_tag_counts(sources, image, request, config)
-    this_account = cache(lambda: account_id or kms.caller_account())
-    notes: list[str] = []
+    this_account, notes = cache(lambda: account_id or kms.caller_account()), list[str]()
     volumes = [
         _volume_plan(index, device, source_snapshot, target_key, config, this_account, notes)
         for index, ((device, _), source_snapshot) in enumerate(zip(mappings, sources, strict=True))
@@ -71,6 +70,7 @@ def plan(
         "volumes": volumes,
         "image": image,
         "method": request.method,
+        "target": request.target,
         "jobs": request.jobs,
         "verify": request.verify,
         "fastSnapshotRestoreAzs": list(request.fast_snapshot_restore_azs),

@@ -1,9 +1,11 @@
-"""Source snapshots (read only) and the new snapshots of the compacted target volumes."""
+"""Source snapshots (read only) and the new snapshots: of the compacted target volumes
+(CreateSnapshot, target volume) or written directly (StartSnapshot, target snapshot:
+compactor/direct_snapshots.py). Both get their description and tags from `new_snapshot_fields`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from botocore.exceptions import ClientError
 
@@ -77,12 +79,7 @@ def create_from_targets(
 ) -> list[SnapshotItem]:
     """Snapshot each compacted target volume, once: a retried call finds the earlier snapshots."""
     by_index = {volume["index"]: volume for volume in volumes}
-    sources = {
-        s["SnapshotId"]: s
-        for s in aws.ec2().describe_snapshots(
-            SnapshotIds=[v["sourceSnapshotId"] for v in plan["volumes"]]
-        )["Snapshots"]
-    }
+    fields = new_snapshot_fields(plan, config)
     existing = _existing_by_volume(config.stack_name, plan["executionName"])
     items: list[SnapshotItem] = []
     for volume in plan["volumes"]:
@@ -92,19 +89,13 @@ def create_from_targets(
                 f"volume {volume['index']} has no target volume (a dry run makes none): this is "
                 "a workflow bug, no snapshot is created in a dry run"
             )
-        source = sources[volume["sourceSnapshotId"]]
         snapshot_id = existing.get(target_volume_id)
         if snapshot_id is None:
+            new = fields[volume["index"]]
             snapshot_id = aws.ec2().create_snapshot(
                 VolumeId=target_volume_id,
-                Description=source.get("Description")
-                or f"Compacted copy of {volume['sourceSnapshotId']}",
-                TagSpecifications=[
-                    tags.specification(
-                        "snapshot",
-                        _new_snapshot_tags(plan, source, volume["sourceSnapshotId"], config),
-                    )
-                ],
+                Description=new.description,
+                TagSpecifications=[tags.specification("snapshot", new.tags)],
             )["SnapshotId"]
         items.append(
             {
@@ -115,6 +106,34 @@ def create_from_targets(
             }
         )
     return items
+
+
+class NewSnapshotFields(NamedTuple):
+    description: str
+    tags: dict[str, str]
+
+
+def new_snapshot_fields(plan: Plan, config: Config) -> dict[int, NewSnapshotFields]:
+    """The description and tags of each volume's new snapshot, by volume index, whichever way
+    it is made (CreateSnapshot of a target volume, StartSnapshot of a direct one): the source's
+    description (else "Compacted copy of <source>"; at most 255 characters, both calls' limit),
+    the source's copyable tags, the plan's tags, this stack's ownership tags (role snapshot)
+    and the lineage tags."""
+    sources = {
+        s["SnapshotId"]: s
+        for s in aws.ec2().describe_snapshots(
+            SnapshotIds=[v["sourceSnapshotId"] for v in plan["volumes"]]
+        )["Snapshots"]
+    }
+    fields: dict[int, NewSnapshotFields] = {}
+    for volume in plan["volumes"]:
+        source_id = volume["sourceSnapshotId"]
+        source = sources[source_id]
+        description = source.get("Description") or f"Compacted copy of {source_id}"
+        fields[volume["index"]] = NewSnapshotFields(
+            description[:255], _new_snapshot_tags(plan, source, source_id, config)
+        )
+    return fields
 
 
 def _new_snapshot_tags(

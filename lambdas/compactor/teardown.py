@@ -10,7 +10,16 @@ Outcomes: `success` and `retry` remove the transfer instance and the volumes; `f
 ABORTED) also deregister the execution's AMIs and delete its new snapshots, EXCEPT what was
 delivered: a snapshot tagged `ebs-snapshot-compactor:delivered` (check_snapshots puts it once all
 new snapshots are completed) is never deleted, and once any snapshot of the execution is
-delivered none of its AMIs is deregistered. `keep` names more to leave in place.
+delivered none of its AMIs is deregistered. `keep` names more to leave in place. `retry` (before
+a relaunch) also deletes the undelivered snapshots: with target snapshot, the direct snapshots of
+the lost attempt (the next attempt starts new ones). Every outcome deletes the execution's
+undelivered snapshots in state `error` (a direct snapshot EBS cancelled: never an output).
+
+A pending snapshot whose DeleteSnapshot EC2 refuses (IncorrectState, or any other 4xx but
+InUse: AWS does not document whether a pending direct snapshot may be deleted) is not waited
+for: it is listed in `leftToTimeOut`, not counted in `remaining`. A direct snapshot that nobody
+writes to turns `error` after limits.directSnapshotTimeoutMinutes, and the sweeper (or a later
+teardown) deletes it then.
 
 Volumes in every state: `available` and `error` are deleted; `creating`, `in-use` (attaching,
 attached, detaching) and `deleting` count as remaining: the instance is terminated first, and EC2
@@ -50,6 +59,8 @@ if TYPE_CHECKING:
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "failure", "cleanup")
 # outcomes that also remove the execution's (undelivered) snapshots and AMIs
 _REMOVES_OUTPUTS: frozenset[str] = frozenset({"failure", "cleanup"})
+# outcomes that remove every undelivered snapshot (the others: only those in state error)
+_REMOVES_SNAPSHOTS: frozenset[str] = _REMOVES_OUTPUTS | {"retry"}
 _GONE_INSTANCE_STATES = frozenset({"terminated"})
 # volume states (DescribeVolumes): creating | available | in-use | deleting | deleted | error
 _DELETABLE_VOLUME_STATES = frozenset({"available", "error"})
@@ -91,6 +102,7 @@ class _Progress:
     kept_snapshots: list[str] = field(default_factory=list)
     kept_images: list[str] = field(default_factory=list)
     transient_errors: list[str] = field(default_factory=list)
+    left_to_time_out: list[str] = field(default_factory=list)
 
     def later(self, what: str, error: ClientError, count: int = 1) -> _Later:
         """Count `count` resources as remaining because `what` answered "not now"."""
@@ -128,9 +140,8 @@ def teardown(
     for step in (_instances, _volumes):
         with contextlib.suppress(_Later):
             step(owned, stack_name, execution_name, progress)
-    if outcome in _REMOVES_OUTPUTS:
-        with contextlib.suppress(_Later):
-            _outputs(owned, stack_name, execution_name, keep, progress)
+    with contextlib.suppress(_Later):
+        _outputs(owned, stack_name, execution_name, keep, progress, outcome)
     if outcome != "retry":
         deleted, later = source_blocks.delete_execution_objects(bucket, execution_name)
         progress.deleted_objects.extend(deleted)
@@ -147,6 +158,7 @@ def teardown(
         "keptSnapshots": progress.kept_snapshots,
         "keptImages": progress.kept_images,
         "transientErrors": progress.transient_errors,
+        "leftToTimeOut": progress.left_to_time_out,
     }
 
 
@@ -234,8 +246,10 @@ def _outputs(
     execution_name: str,
     keep: Keep,
     progress: _Progress,
+    outcome: str,
 ) -> None:
-    """The execution's AMIs and new snapshots, minus what was delivered or is to be kept. The
+    """The execution's AMIs (failure, cleanup) and new snapshots (failure, cleanup, retry; on
+    any outcome those in state error), minus what was delivered or is to be kept. The
     snapshots are described first: without knowing which are delivered, nothing is removed."""
     snapshot_pages = _describe(
         "DescribeSnapshots",
@@ -252,7 +266,32 @@ def _outputs(
     delivered = {
         s["SnapshotId"] for s in snapshots if tags.is_delivered(tags.from_aws(s.get("Tags")))
     }
-    images = [
+
+    if outcome not in _REMOVES_OUTPUTS:
+        # success / retry: no AMI is touched, nor a snapshot one uses
+        doomed = [
+            s for s in snapshots if outcome in _REMOVES_SNAPSHOTS or s.get("State") == "error"
+        ]
+        if doomed:
+            in_images = {
+                i
+                for image in _own_images(owned, stack_name, execution_name, progress)
+                for i in _image_snapshot_ids(image)
+            }
+            for snapshot in doomed:
+                _snapshot(snapshot, delivered, keep, in_images, progress)
+        return
+    used_by_kept_images = _images(
+        _own_images(owned, stack_name, execution_name, progress), delivered, keep, progress
+    )
+    for snapshot in snapshots:
+        _snapshot(snapshot, delivered, keep, used_by_kept_images, progress)
+
+
+def _own_images(
+    owned: Sequence[FilterTypeDef], stack_name: str, execution_name: str, progress: _Progress
+) -> list[Any]:
+    return [
         image
         for page in _describe(
             "DescribeImages",
@@ -265,23 +304,45 @@ def _outputs(
         if image.get("State") not in _GONE_IMAGE_STATES
         and _owned(image, stack_name, execution_name)
     ]
-    used_by_kept_images = _images(images, delivered, keep, progress)
-    for snapshot in snapshots:
-        snapshot_id = snapshot["SnapshotId"]
-        if (
-            snapshot_id in delivered
-            or snapshot_id in keep.snapshot_ids
-            or snapshot_id in used_by_kept_images
-        ):
-            progress.kept_snapshots.append(snapshot_id)
-            continue
-        _delete(
-            "DeleteSnapshot",
-            lambda resource_id: aws.ec2().delete_snapshot(SnapshotId=resource_id),
-            snapshot_id,
-            progress.deleted_snapshots,
-            progress,
-        )
+
+
+def _snapshot(
+    snapshot: Mapping[str, Any],
+    delivered: set[str],
+    keep: Keep,
+    used_by_kept_images: set[str],
+    progress: _Progress,
+) -> None:
+    """Deletes one snapshot of the execution unless it is to stay. A pending one EC2 refuses to
+    delete is left to its timeout (`leftToTimeOut`), not waited for."""
+    snapshot_id = snapshot["SnapshotId"]
+    if (
+        snapshot_id in delivered
+        or snapshot_id in keep.snapshot_ids
+        or snapshot_id in used_by_kept_images
+    ):
+        progress.kept_snapshots.append(snapshot_id)
+        return
+    try:
+        aws.ec2().delete_snapshot(SnapshotId=snapshot_id)
+    except ClientError as error:
+        code = aws.error_code(error)
+        if code in _ALREADY_GONE_ERRORS:
+            return
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        refused = code == "IncorrectState" or (400 <= status < 500 and code not in _BUSY_ERRORS)
+        if snapshot.get("State") == "pending" and refused and not aws.is_transient(error):
+            progress.left_to_time_out.append(snapshot_id)
+            logger.warning(
+                "pending snapshot left to its timeout",
+                extra={"snapshotId": snapshot_id, "error": code},
+            )
+            return
+        if code in _BUSY_ERRORS or aws.is_transient(error):
+            progress.later(f"DeleteSnapshot {snapshot_id}", error)
+            return
+        raise
+    progress.deleted_snapshots.append(snapshot_id)
 
 
 def _images(

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.validation.exceptions import SchemaValidati
 
 from compactor import schemas, tags
 from compactor.errors import InvalidInput, SnapshotInOtherRegion
-from compactor.models import Method
+from compactor.models import Method, Target
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class ExecutionInput:
     snapshot_id: str | None
     image_id: str | None
     method: Method
+    target: Target
     jobs: int
     verify: bool
     fast_snapshot_restore_azs: tuple[str, ...]
@@ -44,6 +45,7 @@ def parse_execution_input(raw: Any, region: str, trigger_tag_key: str) -> Execut
         snapshot_id=_in_region(snapshot_id, region) if snapshot_id is not None else None,
         image_id=valid.get("imageId"),
         method=cast(Method, valid["method"]),
+        target=_target(valid),
         jobs=int(valid["jobs"]),  # JSON Schema counts 16.0 as an integer
         verify=valid["verify"],
         fast_snapshot_restore_azs=tuple(valid["fastSnapshotRestoreAzs"]),
@@ -53,6 +55,22 @@ def parse_execution_input(raw: Any, region: str, trigger_tag_key: str) -> Execut
         dry_run=bool(valid.get("dryRun", False)),
         copy_sharing=bool(valid.get("copySharing", False)),
     )
+
+
+def _target(valid: Mapping[str, Any]) -> Target:
+    """The input's target, else its default: `snapshot`, but `volume` for `method: trim`, which
+    stages and fstrims a writable device (a direct snapshot is none)."""
+    method, target = valid["method"], valid.get("target")
+    if target is None:
+        return "volume" if method == "trim" else "snapshot"
+    if target == "snapshot" and method == "trim":
+        raise InvalidInput(
+            'target "snapshot" cannot be combined with method "trim": trim stages each '
+            "partition and fstrims it on a writable device, and a direct snapshot is none. "
+            'Use method "allocated" to write the snapshot directly, or target "volume" (the '
+            'default with "trim") to trim'
+        )
+    return cast(Target, target)
 
 
 def _in_region(snapshot_id: str, region: str) -> str:
@@ -146,6 +164,9 @@ _WORDING: dict[tuple[str, str], _Wording] = {
     ("dryRun", "*"): lambda value, schema, error: f"dryRun {value!r} is invalid: use true or false",
     ("method", "*"): lambda value, schema, error: (
         f"method {value!r} is invalid: use one of {', '.join(schema['enum'])}"
+    ),
+    ("target", "*"): lambda value, schema, error: (
+        f"target {value!r} is invalid: use one of {', '.join(schema['enum'])}"
     ),
     ("jobs", "*"): lambda value, schema, error: (
         f"jobs {value!r} is invalid: use a whole number {schema['minimum']}-{schema['maximum']}"

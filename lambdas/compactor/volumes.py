@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 SOURCE_FIRST_LETTER = "f"
 TARGET_FIRST_LETTER = "p"
 
@@ -12,3 +15,15 @@ def source_device(index: int) -> str:
 
 def target_device(index: int) -> str:
     return "/dev/sd" + chr(ord(TARGET_FIRST_LETTER) + index)
+
+
+def has_target_volumes(plan: Mapping[str, Any]) -> bool:
+    """Whether the job copies to target volumes: not in a dry run (it only inspects) and not with
+    target snapshot (the transfer instance writes the new snapshots directly). A plan made before
+    `target` existed copied to volumes."""
+    return not plan.get("dryRun") and plan.get("target", "volume") == "volume"
+
+
+def writes_direct_snapshots(plan: Mapping[str, Any]) -> bool:
+    """target snapshot, not a dry run: start_compaction starts one direct snapshot per volume."""
+    return not plan.get("dryRun") and plan.get("target") == "snapshot"

@@ -277,6 +277,8 @@ def plan_and_launch(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from compactor.handlers import launch, prepare
 
+    # these helpers' callers test the target-volume path unless their input says otherwise
+    execution_input = {"target": "volume", **execution_input}
     plan = prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
     instance = launch.handler({"plan": plan, "launchAttempt": 1}, world.context)
     return plan, instance

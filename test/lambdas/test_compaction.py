@@ -75,13 +75,15 @@ def test_sends_the_document_with_the_contract_parameters(world: World) -> None:
         "Jobs": ["32"],
         "Verify": ["false"],
         "Mode": ["copy"],
+        "Target": ["volume"],
+        "TargetSnapshotIds": [""],
     }
     assert request["CloudWatchOutputConfig"] == {
         "CloudWatchOutputEnabled": True,
         "CloudWatchLogGroupName": "/compactor-test/commands",
     }
     assert EXECUTION in request["Comment"]
-    assert command == {"commandId": command["commandId"]}
+    assert command == {"commandId": command["commandId"], "directSnapshots": []}
     assert (
         aws.ssm().list_commands(CommandId=command["commandId"])["Commands"][0]["DocumentName"]
         == DOCUMENT

@@ -13,6 +13,7 @@ from support import capture, client_error, on_params
 
 def plan_for(world: World, **execution_input: Any) -> dict[str, Any]:
     execution_input.setdefault("snapshotId", world.snapshot(size=30))
+    execution_input.setdefault("target", "volume")  # the target-volume path unless told
     return prepare.handler({"input": execution_input, "executionName": EXECUTION}, world.context)
 
 

@@ -63,6 +63,7 @@ def test_snapshot_plan(world: World) -> None:
         ],
         "image": None,
         "method": "allocated",
+        "target": "snapshot",
         "jobs": 8,
         "verify": True,
         "fastSnapshotRestoreAzs": [],

@@ -68,6 +68,7 @@ def success_state(world: World) -> dict[str, Any]:
                 }
             ],
             "notes": [NOTE],
+            "target": "volume",
         },
         "attached": {
             "done": True,
@@ -136,12 +137,14 @@ def test_success_report_is_returned_and_published(world: World) -> None:
     result = report.handler(state, world.context)
     assert result["outcome"] == "success"
     assert result["executionName"] == EXECUTION
+    assert result["target"] == "volume"
     assert result["source"] == state["plan"]["source"]
     assert result["volumes"] == [
         {
             "index": 0,
             "sourceSnapshotId": state["plan"]["volumes"][0]["sourceSnapshotId"],
             "newSnapshotId": new,
+            "targetSnapshotId": None,
             "sourceFullSizeBytes": 8_589_934_592,
             "newFullSizeBytes": 2_097_152_000,
             "sourceBytesRead": 3_000_000_000,

@@ -66,6 +66,7 @@ LOOSER = {"SnapshotsResult": {"completed"}}
 # Literal aliases and the enum of the schema value they type
 LITERALS: dict[str, tuple[str, str]] = {
     "Method": (schemas.EXECUTION_INPUT, "/properties/method"),
+    "Target": (schemas.EXECUTION_INPUT, "/properties/target"),
     "SourceKind": (schemas.PLAN, "/definitions/sourceRef/properties/kind"),
     "Market": ("results/launch.schema.json", "/definitions/market"),
     "ReportOutcome": (schemas.REPORT, "/properties/outcome"),

@@ -24,6 +24,7 @@ EMPTY = {
     "keptSnapshots": [],
     "keptImages": [],
     "transientErrors": [],
+    "leftToTimeOut": [],
 }
 
 
@@ -255,12 +256,17 @@ def test_failure_keeps_what_keep_names(world: World) -> None:
     assert remaining["images"] == {created["image"]}
 
 
-def test_retry_is_like_success(world: World) -> None:
+def test_retry_is_like_success_but_deletes_the_undelivered_snapshots(world: World) -> None:
+    """Before a relaunch: the direct snapshots of the lost attempt go (the next attempt starts
+    new ones); an AMI and the snapshots it uses stay (none exists before delivery)."""
     created = workflow_resources(world, delivered=False)
+    lost_attempt = new_snapshot(world, delivered=False)
+    delivered = new_snapshot(world, delivered=True)
     result = run(world, "retry")
     assert result["terminatedInstances"] == [created["instance"]]
-    assert (result["deletedSnapshots"], result["deregisteredImages"]) == ([], [])
-    assert tagged_with_execution(world)["snapshots"] == set(created["snapshots"])
+    assert (result["deletedSnapshots"], result["deregisteredImages"]) == ([lost_attempt], [])
+    assert set(result["keptSnapshots"]) == {*created["snapshots"], delivered}
+    assert tagged_with_execution(world)["snapshots"] == {*created["snapshots"], delivered}
 
 
 @pytest.mark.parametrize(

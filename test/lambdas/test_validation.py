@@ -25,6 +25,7 @@ def test_defaults_come_from_the_schema_and_the_input_is_left_alone() -> None:
         snapshot_id=SNAPSHOT,
         image_id=None,
         method="allocated",
+        target="snapshot",
         jobs=16,
         verify=True,
         fast_snapshot_restore_azs=(),

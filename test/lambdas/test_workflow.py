@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from compactor import aws
 from compactor.handlers import (
     attach_volumes,
@@ -39,13 +40,17 @@ TIMINGS = {"start": "2026-11-21T10:00:00Z", "prepare": "2026-11-21T10:00:01Z"}
 def command_succeeds() -> None:
     def invocation(params: dict[str, Any]) -> dict[str, Any]:
         command = aws.ssm().list_commands(CommandId=params["CommandId"])["Commands"][0]
-        sources = command["Parameters"]["SourceVolumeIds"][0].split(",")
-        targets = command["Parameters"]["TargetVolumeIds"][0].split(",")
+        parameters = command["Parameters"]
+        sources = parameters["SourceVolumeIds"][0].split(",")
+        # the data plane's summary: a target volume or, with target snapshot, the snapshot
+        direct = parameters["Target"] == ["snapshot"]
+        targets = parameters["TargetSnapshotIds" if direct else "TargetVolumeIds"][0].split(",")
         line = {
             "volumes": [
                 {
                     "sourceVolumeId": s,
-                    "targetVolumeId": t,
+                    "targetVolumeId": None if direct else t,
+                    "targetSnapshotId": t if direct else None,
                     "source_bytes_read": 100 * (n + 1),
                     "target_bytes_written": 10 * (n + 1),
                 }
@@ -105,6 +110,7 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
             "instance": state["instance"],
             "attached": state["attached"],
             "sourceBlocks": state["sourceBlocks"],
+            "launchAttempt": state["launchAttempt"],
         },
         ctx,
     )
@@ -113,9 +119,12 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
         {"instance": state["instance"], "command": state["command"]}, ctx
     )
     assert state["compaction"]["done"]
-    state["snapshots"] = create_snapshots.handler(
-        {"plan": state["plan"], "attached": state["attached"]}, ctx
-    )
+    if state["plan"]["target"] == "snapshot":  # the `Direct snapshots` Pass state
+        state["snapshots"] = {"snapshots": state["command"]["directSnapshots"], "completed": False}
+    else:
+        state["snapshots"] = create_snapshots.handler(
+            {"plan": state["plan"], "attached": state["attached"]}, ctx
+        )
     state["snapshots"] = check_snapshots.handler({"snapshots": state["snapshots"]}, ctx)
     assert state["snapshots"]["completed"]
     if state["plan"]["image"] is not None:
@@ -143,29 +152,47 @@ def run_workflow(world: World, execution_input: dict[str, Any]) -> dict[str, Any
     return state["report"]
 
 
-def test_snapshot_job(world: World) -> None:
+def moto_direct_volumes(world: World, snapshot_ids: list[str]) -> set[str]:
+    """moto's StartSnapshot makes an EC2 volume to snapshot (EBS makes none): not a leftover."""
+    described = world.ec2.describe_snapshots(SnapshotIds=snapshot_ids)["Snapshots"]
+    return {s["VolumeId"] for s in described}
+
+
+@pytest.mark.parametrize("target", ["snapshot", "volume"])
+def test_snapshot_job(world: World, target: str) -> None:
     source = world.snapshot(tags={"team": "db"})
     described = world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"]
     before = world.inventory()
     changes = record_changes_to([source])
-    result = run_workflow(world, {"snapshotId": source})
+    started = capture(aws.ebs(), "StartSnapshot")
+    result = run_workflow(world, {"snapshotId": source, "target": target})
     (volume,) = result["volumes"]
     assert (
         volume["sourceSnapshotId"],
         volume["sourceBytesRead"],
         volume["targetBytesWritten"],
     ) == (source, 100, 10)
+    assert result["target"] == target
     after = world.inventory()
     assert after["instances"] == before["instances"]
-    assert after["volumes"] == before["volumes"]
-    assert after["snapshots"] - before["snapshots"] == {volume["newSnapshotId"]}
     assert world.ec2.describe_snapshots(SnapshotIds=[source])["Snapshots"] == described
-    # CreateVolume (attach_volumes, after boot) reads the source, RunInstances never names it;
-    # CreateSnapshot names it in the new snapshot's lineage tag
-    assert changes == ["CreateVolume", "CreateSnapshot"]
+    assert after["snapshots"] - before["snapshots"] == {volume["newSnapshotId"]}
+    if target == "volume":
+        assert after["volumes"] == before["volumes"]
+        assert (volume["targetSnapshotId"], started) == (None, [])
+        # CreateVolume (attach_volumes, after boot) reads the source, RunInstances never names
+        # it; CreateSnapshot names it in the new snapshot's lineage tag
+        assert changes == ["CreateVolume", "CreateSnapshot"]
+    else:
+        direct = [volume["newSnapshotId"]]
+        assert after["volumes"] - before["volumes"] == moto_direct_volumes(world, direct)
+        assert volume["targetSnapshotId"] == volume["newSnapshotId"]
+        assert len(started) == 1 and started[0]["VolumeSize"] == 8
+        assert changes == ["CreateVolume"]  # no CreateSnapshot: StartSnapshot (ebs) instead
 
 
-def test_image_job_with_fast_snapshot_restore(world: World) -> None:
+@pytest.mark.parametrize("target", ["snapshot", "volume"])
+def test_image_job_with_fast_snapshot_restore(world: World, target: str) -> None:
     image = source_image(world, volume_count=2)
     serve_image(image)
     sources = [m["Ebs"]["SnapshotId"] for m in image["BlockDeviceMappings"] if "Ebs" in m]
@@ -183,18 +210,18 @@ def test_image_job_with_fast_snapshot_restore(world: World) -> None:
     )
     registered = capture(aws.ec2(), "RegisterImage")
     result = run_workflow(
-        world, {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"]}
+        world,
+        {"imageId": SOURCE_IMAGE_ID, "fastSnapshotRestoreAzs": ["us-east-1a"], "target": target},
     )
     assert [v["targetBytesWritten"] for v in result["volumes"]] == [10, 20]
     new = [v["newSnapshotId"] for v in result["volumes"]]
     assert [m["Ebs"]["SnapshotId"] for m in registered[0]["BlockDeviceMappings"][:2]] == new
     assert result["imageId"] is not None
     assert [s["snapshotId"] for s in result["fastSnapshotRestore"]] == new
+    assert [v["targetSnapshotId"] for v in result["volumes"]] == (
+        new if target == "snapshot" else [None, None]
+    )
     # CreateVolume (after boot) reads the sources; the others name them in lineage tags
-    assert changes == [
-        "CreateVolume",
-        "CreateVolume",
-        "CreateSnapshot",
-        "CreateSnapshot",
-        "RegisterImage",
-    ]
+    # (StartSnapshot, an ebs call, instead of CreateSnapshot with target snapshot)
+    creates = ["CreateSnapshot", "CreateSnapshot"] if target == "volume" else []
+    assert changes == ["CreateVolume", "CreateVolume", *creates, "RegisterImage"]

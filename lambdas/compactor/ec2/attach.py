@@ -24,7 +24,7 @@ from compactor.ec2.launch import gp3_performance, is_about_initialization_rate
 from compactor.errors import VolumeCreationFailed
 from compactor.models import AttachedVolume, AttachResult, InstanceResult, Plan, VolumePlan
 from compactor.observability import emit, logger
-from compactor.volumes import source_device, target_device
+from compactor.volumes import has_target_volumes, source_device, target_device
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
@@ -84,7 +84,9 @@ def _attach(plan: Plan, launched: InstanceResult, config: Config) -> AttachResul
         source_id = source["VolumeId"]
         waiting.extend(_advance(source, index, instance_id))
         target_id = targets.get(target_device(index))
-        if plan.get("dryRun"):  # launched without targets: the sources are only inspected
+        if not has_target_volumes(plan):
+            # launched without targets: a dry run only inspects the sources, target snapshot
+            # writes the new snapshots directly
             target_id = None
         elif target_id is None:
             waiting.append(f"target volume {index} at {target_device(index)}")

@@ -27,7 +27,7 @@ from compactor.config import (
 from compactor.errors import NoCapacity, NoSpotCapacity
 from compactor.models import FailedPool, InstanceResult, Market, Plan
 from compactor.observability import MARKETS, emit, logger
-from compactor.volumes import target_device
+from compactor.volumes import has_target_volumes, target_device
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
@@ -188,9 +188,10 @@ def run_instances_request(
 
 def block_device_mappings(plan: Plan, config: Config) -> list[BlockDeviceMappingTypeDef]:
     """The root and one blank target volume per source volume; no source volume (see above).
-    A dry run (plan dryRun) writes nothing, so it gets the root alone."""
+    A dry run (plan dryRun) writes nothing and target snapshot writes the new snapshots directly
+    (EBS direct APIs), so both get the root alone."""
     mappings: list[BlockDeviceMappingTypeDef] = []
-    for volume in [] if plan.get("dryRun") else plan["volumes"]:
+    for volume in plan["volumes"] if has_target_volumes(plan) else []:
         iops, throughput = gp3_performance(volume["sizeGiB"], config)
         # the target is written as fast as the source is read, so it gets the same performance
         target: EbsBlockDeviceTypeDef = {

@@ -1,4 +1,5 @@
-"""Task 4: run the Command document that copies each source volume sparsely to its target."""
+"""Task 4: run the Command document that copies each source volume sparsely to its target
+(target snapshot: starts the direct snapshots first; `launchAttempt` names them)."""
 
 from typing import cast
 
@@ -18,4 +19,5 @@ def handler(event: Event, context: LambdaContext) -> CommandResult:
         cast(AttachResult, event["attached"]),
         cast(SourceBlocksResult, event["sourceBlocks"]),
         Config.from_env(),
+        int(event.get("launchAttempt", 1)),
     )

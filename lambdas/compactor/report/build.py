@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast, get_args
 
-from compactor import contract, sizing, snapshots
+from compactor import contract, direct_snapshots, sizing, snapshots
 from compactor.config import Config
 from compactor.models import (
     ErrorInfo,
@@ -21,6 +21,7 @@ from compactor.models import (
     ReportOutcome,
     SharingResult,
     SourceRef,
+    Target,
     VolumeEstimate,
     VolumeReport,
 )
@@ -43,8 +44,9 @@ def build(state: Mapping[str, Any], now: datetime, config: Config | None = None)
     existing = snapshots.describe_new(sorted(set(new_ids.values())))
     copied = _copy_summaries(state)
     listed = _block_lists(state)
+    direct = _direct_snapshot_ids(state)
     volumes = [
-        _volume(volume, new_ids, existing, copied.get(volume["index"], {}), listed)
+        _volume(volume, new_ids, existing, copied.get(volume["index"], {}), listed, direct)
         for volume in plan.get("volumes", [])
     ]
     new_snapshot_ids = [new_ids[index] for index in sorted(new_ids) if new_ids[index] in existing]
@@ -57,6 +59,7 @@ def build(state: Mapping[str, Any], now: datetime, config: Config | None = None)
     return {
         "outcome": _outcome(state),
         "executionName": state.get("executionName") or plan.get("executionName"),
+        "target": _target(plan, state.get("input")),
         "source": plan.get("source") or _source_from_input(state.get("input")),
         "volumes": volumes,
         "imageId": _mapping(state.get("image")).get("imageId"),
@@ -150,14 +153,48 @@ def _sharing(state: Mapping[str, Any]) -> SharingResult | None:
 
 
 def _notes(plan: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
-    """The plan's notes, then what copySharing noted or could not copy ($.image.sharing)."""
+    """The plan's notes, then what copySharing noted or could not copy ($.image.sharing), then
+    the pending snapshots teardown had to leave to their timeout ($.teardown.leftToTimeOut)."""
     sharing = _mapping(_mapping(state.get("image")).get("sharing"))
     found = [
         *(plan.get("notes") or []),
         *(sharing.get("notes") or []),
         *(sharing.get("warnings") or []),
     ]
+    left = [str(i) for i in _mapping(state.get("teardown")).get("leftToTimeOut") or []]
+    if left:
+        found.append(
+            f"EC2 refused to delete the pending snapshot(s) {', '.join(left)} (undelivered direct "
+            "snapshots of this execution): each turns `error` when nothing has been written to "
+            f"it for {direct_snapshots.TIMEOUT_MINUTES} minutes (its StartSnapshot Timeout), and "
+            "the stack's sweeper then deletes it; or delete it by hand once it is `error`."
+        )
     return [str(n) for n in found if isinstance(n, str)]
+
+
+def _target(plan: Mapping[str, Any], raw_input: Any) -> Target | None:
+    """The plan's target (a plan of before `target` copied to volumes); before a plan (prepare
+    failed), the input's or its default (None when the input says something else)."""
+    if plan:
+        target = plan.get("target", "volume")
+        return cast(Target, target) if target in ("snapshot", "volume") else None
+    execution_input = _mapping(raw_input)
+    target = execution_input.get("target")
+    if target is None:
+        return "volume" if execution_input.get("method") == "trim" else "snapshot"
+    return cast(Target, target) if target in ("snapshot", "volume") else None
+
+
+def _direct_snapshot_ids(state: Mapping[str, Any]) -> dict[int, str]:
+    """start_compaction's direct snapshots by volume index (target snapshot)."""
+    items = _mapping(state.get("command")).get("directSnapshots")
+    if not isinstance(items, list):
+        return {}
+    return {
+        int(i["index"]): str(i["snapshotId"])
+        for i in items
+        if isinstance(i, Mapping) and isinstance(i.get("index"), int) and "snapshotId" in i
+    }
 
 
 def _volume(
@@ -166,8 +203,10 @@ def _volume(
     existing: Mapping[str, snapshots.NewSnapshotState],
     summary: Mapping[str, Any],
     listed: Mapping[int, Mapping[str, Any]],
+    direct: Mapping[int, str],
 ) -> VolumeReport:
-    """One plan volume: its new snapshot (if it still exists), the copy's counts, its block list."""
+    """One plan volume: its new snapshot (if it still exists), the direct snapshot the job wrote
+    (target snapshot, whether it still exists or not), the copy's counts, its block list."""
     index = volume["index"]
     new_id = new_ids.get(index)
     found = existing.get(new_id) if new_id else None
@@ -179,6 +218,7 @@ def _volume(
         # a snapshot that teardown deleted after a failure is not reported as new
         "newSnapshotId": new_id if found else None,
         "sourceFullSizeBytes": volume.get("sourceFullSizeBytes"),
+        "targetSnapshotId": direct.get(index) or _str_or_none(summary.get("targetSnapshotId")),
         "newFullSizeBytes": new_size,
         "sourceBytesRead": _int_or_none(summary.get("source_bytes_read")),
         "targetBytesWritten": _int_or_none(summary.get("target_bytes_written")),
@@ -312,6 +352,10 @@ def _error(raw: Any) -> ErrorInfo | None:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _int_or_none(value: Any) -> int | None:

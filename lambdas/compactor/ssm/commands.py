@@ -1,4 +1,6 @@
 """start_compaction / check_compaction: SendCommand of the Command document and its outcome.
+With target snapshot, start_compaction first starts the direct snapshots the job writes
+(compactor/direct_snapshots.py) and check_compaction checks the job wrote exactly those.
 
 The document prints exactly one JSON line on standard output (docs/contract.md, "Command
 document"): {"volumes": [...]} on success, {"error": ..., "sourceVolumeId": ...} on failure."""
@@ -10,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from compactor import aws, source_blocks
+from compactor import aws, direct_snapshots, source_blocks
 from compactor.config import Config
 from compactor.ec2.instances import describe, raise_if_lost
 from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput
@@ -22,10 +24,12 @@ from compactor.models import (
     CompactionResult,
     InstanceResult,
     Plan,
+    SnapshotItem,
     SourceBlocksResult,
 )
 from compactor.observability import logger
 from compactor.ssm import progress
+from compactor.volumes import has_target_volumes, writes_direct_snapshots
 
 # How long SSM may take to deliver the command to the agent; the run itself is bounded by the
 # document's TimeoutSeconds parameter (its default, 172,800 s, is kept).
@@ -36,34 +40,48 @@ RUNNING_STATUSES = frozenset({"Pending", "InProgress", "Delayed", "Cancelling"})
 
 
 def document_parameters(
-    plan: Plan, attached: AttachResult, source_blocks_url: str, program_url: str
+    plan: Plan,
+    attached: AttachResult,
+    source_blocks_url: str,
+    program_url: str,
+    direct: list[SnapshotItem] | None = None,
 ) -> dict[str, list[str]]:
+    """direct: the direct snapshots start() started (target snapshot), in index order."""
     volumes = sorted(attached["volumes"], key=lambda v: v["index"])
     sources = ",".join(v["sourceVolumeId"] for v in volumes)
     source_names = ",".join(v["sourceDeviceName"] for v in volumes)
     # a dry run has no targets: inspect mode never looks at them, the sources fill the lists
     # (and a document without the Mode parameter would refuse to copy a device onto itself)
     dry_run = bool(plan.get("dryRun"))
+    target_volumes, target_names = sources, source_names
+    if has_target_volumes(plan):
+        target_volumes = ",".join(_targets(volumes, "targetVolumeId"))
+        target_names = ",".join(_targets(volumes, "targetDeviceName"))
+    elif not dry_run:  # target snapshot: no target volume, the snapshots instead
+        target_volumes = target_names = ""
     return {
         "ProgramUrl": [program_url],
         "SourceBlocksUrl": [source_blocks_url],
         "SourceVolumeIds": [sources],
-        "TargetVolumeIds": [sources if dry_run else ",".join(_targets(volumes, "targetVolumeId"))],
+        "TargetVolumeIds": [target_volumes],
         "SourceDeviceNames": [source_names],
-        "TargetDeviceNames": [
-            source_names if dry_run else ",".join(_targets(volumes, "targetDeviceName"))
-        ],
+        "TargetDeviceNames": [target_names],
         "Method": [plan["method"]],
         "Jobs": [str(plan["jobs"])],
         "Verify": ["true" if plan["verify"] else "false"],
         "Mode": ["inspect" if dry_run else "copy"],
+        # a dry run inspects whatever the target: the document's default, as before
+        "Target": ["volume" if dry_run or direct is None else "snapshot"],
+        "TargetSnapshotIds": [",".join(i["snapshotId"] for i in direct or [])],
     }
 
 
 def _targets(volumes: list[AttachedVolume], key: str) -> list[str]:
     values = [v.get(key) for v in volumes]
     if not all(isinstance(value, str) for value in values):
-        raise InvalidInput(f"a volume has no {key}: a workflow bug (only a dry run has none)")
+        raise InvalidInput(
+            f"a volume has no {key}: a workflow bug (only a dry run and target snapshot have none)"
+        )
     return [str(value) for value in values]
 
 
@@ -73,7 +91,10 @@ def start(
     attached: AttachResult,
     listed: SourceBlocksResult,
     config: Config,
+    launch_attempt: int = 1,
 ) -> CommandResult:
+    """SendCommand of the document; with target snapshot, StartSnapshot of every volume's new
+    snapshot first (the command names them; a retried call gets the same ones back)."""
     if not attached.get("done") or len(attached["volumes"]) != len(plan["volumes"]):
         raise InstanceNotReady(
             f"the volumes of instance {instance['instanceId']} are not all attached "
@@ -89,10 +110,15 @@ def start(
     # the data-plane program (the stack's file asset); the document runs it only if its SHA-256 is
     # the one pinned at synth
     program_url = source_blocks.presigned_url(config.program_bucket, config.program_key)
+    direct = (
+        direct_snapshots.start(plan, launch_attempt, config)
+        if writes_direct_snapshots(plan)
+        else None
+    )
     command = aws.ssm().send_command(
         InstanceIds=[instance["instanceId"]],
         DocumentName=config.document_name,
-        Parameters=document_parameters(plan, attached, url, program_url),
+        Parameters=document_parameters(plan, attached, url, program_url, direct),
         TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
         Comment=f"ebs-snapshot-compactor {plan['executionName']}"[:100],
         CloudWatchOutputConfig={
@@ -100,7 +126,7 @@ def start(
             "CloudWatchLogGroupName": config.command_log_group,
         },
     )["Command"]
-    return {"commandId": command["CommandId"]}
+    return {"commandId": command["CommandId"], "directSnapshots": direct or []}
 
 
 def check(
@@ -141,7 +167,27 @@ def check(
             invocation["PluginName"],
             previous,
         )
-    return _outcome(invocation, latest)
+    result = _outcome(invocation, latest)
+    if result["done"] and result["summary"] is not None:
+        check_direct_snapshots(command, result["summary"])
+    return result
+
+
+def check_direct_snapshots(command: CommandResult, summary: dict[str, Any]) -> None:
+    """Target snapshot: the job must report, volume by volume in index order, exactly the direct
+    snapshots start_compaction started (`targetSnapshotId`); else CompactionFailed (the job
+    wrote elsewhere, or skipped one: nothing of it may be delivered)."""
+    expected = direct_snapshots.direct_snapshot_ids(command)
+    if not expected:
+        return  # target volume, a dry run, or a command of before the direct snapshots
+    volumes = summary.get("volumes") or []
+    reported = [v.get("targetSnapshotId") if isinstance(v, dict) else None for v in volumes]
+    if reported != expected:
+        raise CompactionFailed(
+            f"the Command document succeeded but its summary names the target snapshots "
+            f"{reported}, not the direct snapshots start_compaction started ({expected}, in "
+            "volume order): a data-plane bug; the snapshots are not delivered"
+        )
 
 
 def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionResult:

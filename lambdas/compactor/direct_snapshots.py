@@ -1,0 +1,132 @@
+"""target snapshot: the new snapshots are written directly with the EBS direct APIs.
+
+start_compaction starts one snapshot per volume (StartSnapshot) BEFORE it sends the Command
+document; the transfer instance puts the blocks and completes each (sparsecopy job --target
+snapshot --target-snapshot-ids ...); check_compaction checks the job wrote exactly these
+snapshots; the `Snapshots` poll loop (check_snapshots) waits for them to be completed.
+
+Each snapshot gets what CreateSnapshot of a target volume would give it: the same description
+and tags (snapshots.new_snapshot_fields), the encryption a target volume gets at launch
+(ec2/launch.py block_device_mappings: the plan's targetKmsKeyId; an unencrypted volume omits
+Encrypted, which StartSnapshot wants when the account encrypts by default). The ClientToken
+`<execution>-a<launchAttempt>-v<index>` makes a retried call (the task's retry after a
+throttled SendCommand, say) find the snapshot of the first call instead of starting a second;
+a relaunch (the next launch attempt) starts new ones. Timeout: limits.directSnapshotTimeoutMinutes,
+an idle timeout (EBS cancels a snapshot, state error, when no block is written for that long or
+it is not completed that long after its last block)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from compactor import aws, contract, kms, snapshots
+from compactor.config import Config
+from compactor.errors import CompactionFailed, KmsKeyNotUsable
+from compactor.models import CommandResult, Plan, SnapshotItem, VolumePlan
+
+TIMEOUT_MINUTES = contract.limit("directSnapshotTimeoutMinutes")
+# StartSnapshot's KmsKeyArn takes a key ARN only (botocore's model: ...:key/...), not an alias
+_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]*:[0-9]{12}:key/.+$")
+# StartSnapshot's limits (botocore's ebs model): the token and the description
+_MAX_TOKEN = 255
+_MAX_DESCRIPTION = 255
+# refusals that are about the KMS key (ValidationException / AccessDeniedException Reason)
+_KEY_REASONS = frozenset({"INVALID_CUSTOMER_KEY", "DEPENDENCY_ACCESS_DENIED"})
+_HINTS = {
+    "AccessDeniedException": (
+        "the task role may call ebs:StartSnapshot only for snapshots tagged with this stack and "
+        "execution (lib/task-role.ts): check the stack is up to date and no SCP or permissions "
+        "boundary denies ebs:StartSnapshot"
+    ),
+    "ValidationException": (
+        "EBS does not accept a tag, the description or the size (StartSnapshot allows tag keys "
+        "of at most 127 characters, one fewer than EC2): fix the source's tags, or start again "
+        'with target "volume"'
+    ),
+    "ServiceQuotaExceededException": (
+        "an account quota of EBS is reached (e.g. concurrent snapshots): wait for other "
+        'snapshots to finish, ask for a higher quota, or start again with target "volume"'
+    ),
+    "ConflictException": (
+        "the client token was already used with other parameters: a workflow bug, start again"
+    ),
+}
+
+
+def client_token(execution_name: str, launch_attempt: int, index: int) -> str:
+    return f"{execution_name}-a{launch_attempt}-v{index}"[:_MAX_TOKEN]
+
+
+def start(plan: Plan, launch_attempt: int, config: Config) -> list[SnapshotItem]:
+    """StartSnapshot for each plan volume, in index order."""
+    fields = snapshots.new_snapshot_fields(plan, config)
+    items: list[SnapshotItem] = []
+    for volume in sorted(plan["volumes"], key=lambda v: v["index"]):
+        new = fields[volume["index"]]
+        request: dict[str, Any] = {
+            "VolumeSize": volume["sizeGiB"],
+            "Tags": [{"Key": key, "Value": value} for key, value in new.tags.items()],
+            "Description": new.description[:_MAX_DESCRIPTION],
+            "ClientToken": client_token(plan["executionName"], launch_attempt, volume["index"]),
+            "Timeout": TIMEOUT_MINUTES,
+            **encryption(volume),
+        }
+        try:
+            answer = aws.ebs().start_snapshot(**request)
+        except ClientError as error:
+            if aws.is_transient(error):
+                raise  # task_handler: TransientAwsError, the task's retry policy
+            raise _refusal(volume, error) from error
+        items.append(
+            {
+                "index": volume["index"],
+                "snapshotId": answer["SnapshotId"],
+                "sourceSnapshotId": volume["sourceSnapshotId"],
+                "deviceName": volume["deviceName"],
+            }
+        )
+    return items
+
+
+def encryption(volume: VolumePlan) -> dict[str, Any]:
+    """StartSnapshot's Encrypted / KmsKeyArn for a volume: what its target volume would get.
+    Unencrypted: neither (EBS then applies the account's encryption by default, as it does to a
+    target volume); encrypted with no key: the account's default EBS key (Encrypted alone)."""
+    if not volume["encrypted"]:
+        return {}
+    # targetKmsKeyId: prepare's ARN of this account's key (older plans: kmsKeyId)
+    key = volume.get("targetKmsKeyId", volume["kmsKeyId"])
+    if not key:
+        return {"Encrypted": True}
+    arn = (
+        key if _KEY_ARN.match(key) else kms.usable_key_arn(key, f"key of volume {volume['index']}")
+    )
+    return {"Encrypted": True, "KmsKeyArn": arn}
+
+
+def _refusal(volume: VolumePlan, error: ClientError) -> Exception:
+    code = aws.error_code(error)
+    reason = str(error.response.get("Reason", ""))  # the modeled member, beside Error
+    what = (
+        f"StartSnapshot of the new snapshot of volume {volume['index']} "
+        f"({volume['sourceSnapshotId']}) was refused: {code}"
+        + (f" ({reason})" if reason else "")
+        + f": {aws.error_message(error)}"
+    )
+    if reason in _KEY_REASONS:
+        return KmsKeyNotUsable(
+            f"{what}: grant the stack's roles use of the key (kmsKeyArns setting) or pass "
+            "another kmsKeyId"
+        )
+    hint = _HINTS.get(code, 'start again, or with target "volume"')
+    return CompactionFailed(f"{what}: {hint}")
+
+
+def direct_snapshot_ids(command: Mapping[str, Any] | CommandResult | None) -> list[str]:
+    """The snapshot ids of `$.command.directSnapshots` in index order ([] for target volume)."""
+    items = (command or {}).get("directSnapshots") or []
+    return [str(i["snapshotId"]) for i in sorted(items, key=lambda i: int(i["index"]))]
