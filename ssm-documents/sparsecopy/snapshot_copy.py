@@ -43,8 +43,8 @@ NO_TRIM = (
     "use method allocated with a snapshot target, or target volume with method trim"
 )
 BTRFS_RAW = (
-    "target is a snapshot: the trim method btrfs needs writes to a target volume, "
-    "copying every non-zero block"
+    "target is a snapshot: btrfs is copied by the trim method, which needs a writable target "
+    "volume; copying every non-zero block"
 )
 FULL = ((0, BLOCK_SIZE),)
 Parts = tuple[tuple[int, int], ...]
@@ -188,7 +188,7 @@ def _put_all(
     digests = uploader.run(source.blocks(dev.ranges), progress)
     checksum = aggregate_checksum(digests)
     status = client.complete_snapshot(options.snapshot_id, len(digests), checksum)
-    log(f"snapshot {options.snapshot_id}: {len(digests)} blocks put, completed ({status})")
+    log(f"snapshot {options.snapshot_id}: {len(digests)} blocks put; CompleteSnapshot: {status}")
     return digests, status, checksum
 
 
