@@ -119,8 +119,8 @@ def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str,
 
 def holds(row: dict[str, Any]) -> bool:
     """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
-    roles, the source untouched, and once delivered
-    the new snapshots (and the AMI, if one was registered) still exist; with OS=debian a new AMI
+    roles, the source untouched, and once delivered the snapshots it delivered and the AMI, if
+    one was registered, still exist; with OS=debian a new AMI
     that was booted booted; a dry run created no snapshot and no AMI."""
     if row["leaked_resources"] or row.get("iam_denials"):
         return False
@@ -131,10 +131,10 @@ def holds(row: dict[str, Any]) -> bool:
     if row.get("dry_run") and (row.get("snapshots_created") or row.get("new_image_id")):
         return False  # a dry run makes no snapshot and no AMI, whatever happened
     if row["delivered"]:
-        if (
-            row["new_snapshots_existing"] < len(row["new_snapshot_ids"])
-            or not row["new_snapshot_ids"]
-        ):
+        # every snapshot it delivered (its output's, every one ever tagged delivered) exists
+        delivered = row.get("delivered_snapshot_ids") or []
+        existing = set(row.get("new_snapshot_ids_existing") or [])
+        if not delivered or any(sid not in existing for sid in delivered):
             return False
         if row.get("new_image_id") and not row["new_image_existing"]:
             return False

@@ -4,7 +4,7 @@ delivered, what leaked, and the emulator's counters of what it served."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .emulator.ec2_twin import boot_disk
@@ -32,6 +32,8 @@ class Facts:
     outcome: str | None
     snapshots_created: int = 0  # CreateSnapshot calls of the run (the emulator's count)
     estimate: dict[str, Any] | None = None  # a dry run's `estimate` from the workflow report
+    # what the run delivered: its output's snapshots and every snapshot ever tagged delivered
+    delivered_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -119,9 +121,15 @@ def facts(emu: Emulator, result: ExecutionResult, source_image: str | None) -> F
     images = [i for i in emu.state.images_created if i != source_image]
     new_image = reported_image or (images[-1] if images else None)
     image_existing = new_image is not None and new_image in emu.ec2.amis
-    keep = {v["newSnapshotId"] for v in outputs if v.get("newSnapshotId")} | tagged_delivered
+    ever = {
+        sid for sid in new_ids
+        if emu.state.snapshot_tags_put.get(sid, {}).get(DELIVERED_TAG) == "true"
+    }  # fmt: skip
+    output_ids = {v["newSnapshotId"] for v in outputs if v.get("newSnapshotId")}
+    keep = output_ids | tagged_delivered
     if delivered:
-        keep |= set(existing)
+        # a direct snapshot never delivered is an abandoned attempt's (failed, instance lost)
+        keep |= {s for s in existing if s not in emu.state.direct.started or s in ever}
     keep_image = new_image if (delivered or reported_image) else None
     left = leaks(emu, result.name, keep, keep_image)
     report = result.output if isinstance(result.output, dict) else result.workflow_report
@@ -129,6 +137,7 @@ def facts(emu: Emulator, result: ExecutionResult, source_image: str | None) -> F
     return Facts(
         outputs, new_ids, existing, delivered, new_image, image_existing, left, outcome(result),
         len(emu.state.snapshots_created), estimate if isinstance(estimate, dict) else None,
+        sorted(output_ids | ever),
     )  # fmt: skip
 
 

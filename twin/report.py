@@ -90,6 +90,13 @@ class Report:
             "emulator, not only from a SUCCEEDED output"
         )
     )
+    delivered_snapshot_ids: list[str] = field(
+        metadata=_doc(
+            "of them, those the run delivered: its output's and every one ever tagged delivered "
+            "(the emulator keeps every tag put); a direct snapshot of an attempt that failed or "
+            "lost its instance is none of them"
+        )
+    )
     new_snapshots_existing: int = field(metadata=_doc("how many of them still exist"))
     new_snapshot_ids_existing: list[str] = field(metadata=_doc("which of them still exist"))
     new_image_id: str | None = field(metadata=_doc("the AMI the run registered"))
@@ -298,6 +305,7 @@ def _snapshot_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         "source_snapshot_chunks": source_chunks,
         "source_snapshot_bytes": source_chunks * EBS_BLOCK,
         "new_snapshot_ids": facts.new_snapshot_ids if facts else [],
+        "delivered_snapshot_ids": facts.delivered_ids if facts else [],
         "new_snapshots_existing": len(facts.existing) if facts else 0,
         "new_snapshot_ids_existing": facts.existing if facts else [],
         "new_image_id": facts.new_image_id if facts else None,

@@ -49,7 +49,8 @@ TARGET_STATES = (
 ROW_KEYS = (
     "state", "kind", "opener", "input", "execution_status", "error", "outcome", "fault_applied",
     "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
-    "new_snapshot_ids_existing", "new_image_id", "new_image_existing",
+    "new_snapshot_ids_existing", "delivered_snapshot_ids", "new_image_id",
+    "new_image_existing",
     "source_snapshot_unchanged", "delivered", "cleanup", "iam_denials", "holds", "seconds",
     "states_visited",
 )  # fmt: skip

@@ -21,6 +21,8 @@ def _create_tags(self: TagBackend, resource_ids: list[str], tags: dict[str, str]
     if emu is not None:
         for resource_id in resource_ids:
             if resource_id.startswith("snap-"):
+                with emu.lock:
+                    emu.snapshot_tags_put.setdefault(resource_id, {}).update(tags)
                 emu.tag_events.append(
                     tag_change_event(
                         self,  # type: ignore[arg-type]

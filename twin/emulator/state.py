@@ -66,6 +66,9 @@ class EmulatorState:
     access_keys: dict[str, str] = field(default_factory=dict)
     # ebs_direct_write.py: snapshots written with StartSnapshot/PutSnapshotBlock/CompleteSnapshot
     direct: DirectWrites = field(default_factory=DirectWrites)
+    # ec2_tags.py: every tag ever put on each snapshot (kept after a tag is removed or the
+    # snapshot deleted): whether a snapshot was ever tagged delivered
+    snapshot_tags_put: dict[str, dict[str, str]] = field(default_factory=dict)
     # the emulator's URL (server.start): a command's AWS_ENDPOINT_URL_EBS (ssm_twin.instance_env)
     endpoint: str = ""
     region: str = "us-east-1"
