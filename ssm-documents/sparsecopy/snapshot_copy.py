@@ -6,10 +6,10 @@ The source is planned exactly as ``copy`` plans it (the same checks, journal/log
 block list, the same ranges: disk_copy._direct_ranges). Then the copy streams: every 512 KiB
 block the ranges touch is read from the source, every byte outside the ranges is zeroed (what
 a never-written target volume would hold there), an all-zero block is skipped (never put: it
-reads as zeros), and every other block is put (put_snapshot.Uploader: ``jobs`` puts in flight,
-ebs_direct's retries). CompleteSnapshot follows only after every put succeeded. On any failure
-the snapshot is never completed: it stays pending until StartSnapshot's Timeout ends it (or the
-workflow's teardown deletes it) and the error says so.
+reads as zeros), and every other block is put (put_snapshot.Uploader: max(``jobs``,
+PUTS_IN_FLIGHT) puts in flight, ebs_direct's retries). CompleteSnapshot follows only after
+every put succeeded. On any failure the snapshot is never completed: it stays pending until
+StartSnapshot's Timeout ends it (or the workflow's teardown deletes it) and the error says so.
 
 ``verify``: after CompleteSnapshot, wait for EBS to seal the snapshot, read every put block back
 (GetSnapshotBlock) and compare it with the source read again and masked the same way. No
@@ -46,6 +46,10 @@ BTRFS_RAW = (
     "target is a snapshot: btrfs is copied by the trim method, which needs a writable target "
     "volume; copying every non-zero block"
 )
+# Puts are latency-bound (AWS: ~100 ms a PutSnapshotBlock; its ~500 MB/s example uses ~100
+# connections; the per-snapshot quota is 1,000 puts/s): at least this many are kept in flight,
+# --jobs more (each worker also reads its block from the source first).
+PUTS_IN_FLIGHT = 64
 FULL = ((0, BLOCK_SIZE),)
 Parts = tuple[tuple[int, int], ...]
 
@@ -57,6 +61,10 @@ class SnapshotOptions(NamedTuple):
     jobs: int = DEFAULT_JOBS
     verify: bool = False
     source_blocks: Optional[str] = None  # the block list file
+
+
+def puts_in_flight(jobs: int) -> int:
+    return max(jobs, PUTS_IN_FLIGHT)
 
 
 def left_pending(snapshot_id: str) -> str:
@@ -184,7 +192,7 @@ def _put_all(
     """Every non-zero touched block put, then CompleteSnapshot: (digests, status, checksum)."""
     log(f"putting the blocks of {options.source} into snapshot {options.snapshot_id}")
     progress = Progress("copy", total(dev.ranges))
-    uploader = Uploader(client, options.snapshot_id, source.read, options.jobs)
+    uploader = Uploader(client, options.snapshot_id, source.read, puts_in_flight(options.jobs))
     digests = uploader.run(source.blocks(dev.ranges), progress)
     checksum = aggregate_checksum(digests)
     status = client.complete_snapshot(options.snapshot_id, len(digests), checksum)
@@ -213,7 +221,8 @@ def copy_to_snapshot(
         if options.verify:
             check = Progress("verify", len(digests) * BLOCK_SIZE)
             try:
-                verify(client, snapshot_id, digests, options.jobs, source.again, check)
+                workers = puts_in_flight(options.jobs)
+                verify(client, snapshot_id, digests, workers, source.again, check)
             except (Failure, ApiError) as exc:
                 why = f"snapshot {snapshot_id} completed but does not verify: {exc}"
                 raise Failure(why) from exc
@@ -236,4 +245,5 @@ def copy_to_snapshot(
             "snapshot_status": status,
             "checksum": checksum,
             "retries": client.retries,
+            "puts_in_flight": puts_in_flight(options.jobs),
         }

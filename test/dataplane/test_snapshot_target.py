@@ -353,6 +353,24 @@ def test_throttled_failed_and_dropped_puts_ride_through_and_complete(
 
 @pytest.mark.needs_root
 @pytest.mark.usefixtures("no_leaks")
+def test_at_least_64_puts_are_kept_in_flight_whatever_the_jobs(tmp_path: Path) -> None:
+    """Puts are latency-bound: --jobs 16 still keeps up to PUTS_IN_FLIGHT in flight, never more."""
+    limit = snapshot_copy.PUTS_IN_FLIGHT
+    image = tmp_path / "data.img"  # no table, no filesystem: every non-zero block is copied
+    disks.create_sparse(image, 96 * disks.MIB)
+    with image.open("r+b") as f:
+        for index in range(1, 2 * limit + 20):
+            f.seek(index * BLOCK)
+            f.write(bytes([index % 251 + 1]) * BLOCK)
+    with StandIn(latency=1.0, max_concurrency=limit) as slow, attached(image) as device:
+        _, result = _copy(device, slow, jobs=16)
+    assert result["blocks_put"] == 2 * limit + 19
+    assert result["puts_in_flight"] == limit == 64
+    assert slow.stats.max_in_flight == limit and slow.stats.rejected == 0
+
+
+@pytest.mark.needs_root
+@pytest.mark.usefixtures("no_leaks")
 def test_verify_catches_a_snapshot_that_reads_back_other_data(
     small: disks.DiskImage, tmp_path: Path, ebs: StandIn
 ) -> None:
