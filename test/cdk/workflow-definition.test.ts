@@ -324,6 +324,8 @@ describe('state machine definition', () => {
       'instance.$': '$.instance',
       'attached.$': '$.attached',
       'sourceBlocks.$': '$.sourceBlocks',
+      // the direct snapshots' ClientToken is <executionName>-a<launchAttempt>-v<index>
+      'launchAttempt.$': '$.launchAttempt',
     });
     expect(definition.States['Create snapshots'].Parameters).toEqual({
       'plan.$': '$.plan',

@@ -244,7 +244,14 @@ describe('the workflow, run with fake tasks', () => {
     expect(launch).toEqual({ plan: PLAN, launchAttempt: 1 });
     expect(Object.keys(checkInstance).sort()).toEqual(['instance', 'plan']);
     expect(Object.keys(attachVolumes).sort()).toEqual(['instance', 'plan']);
-    expect(Object.keys(startCompaction).sort()).toEqual(['attached', 'instance', 'plan', 'sourceBlocks']);
+    expect(Object.keys(startCompaction).sort()).toEqual([
+      'attached',
+      'instance',
+      'launchAttempt',
+      'plan',
+      'sourceBlocks',
+    ]);
+    expect(startCompaction.launchAttempt).toBe(1);
     expect(startCompaction.attached).toEqual(ATTACHED);
     expect(startCompaction.sourceBlocks).toEqual(SOURCE_BLOCKS);
     expect(Object.keys(checkCompaction).sort()).toEqual(['command', 'compaction', 'instance']);
@@ -308,6 +315,24 @@ describe('the workflow, run with fake tasks', () => {
     expect(report.timings.snapshot).toBe('2026-01-01T00:00:00Z');
     expect(report.polls.snapshot).toBe(2);
     expect(report.snapshots).toEqual({ snapshots: direct, completed: true });
+  });
+
+  test('target snapshot: direct snapshots never completed: SnapshotTimedOut after the failure teardown, which keeps nothing', async () => {
+    const direct = [
+      { index: 0, snapshotId: 'snap-direct', sourceSnapshotId: 'snap-a', deviceName: '/dev/xvda' },
+    ];
+    const outcome = await run(template, input, {
+      prepare: () => ({ ...PLAN, target: 'snapshot' }),
+      start_compaction: () => ({ commandId: 'cmd-1', directSnapshots: direct }),
+      check_snapshots: (p) => ({ snapshots: p.snapshots.snapshots, completed: false }),
+    });
+    expect(outcome.error?.name).toBe('SnapshotTimedOut');
+    expect(callsOf(outcome, 'create_snapshots')).toEqual([]);
+    expect(callsOf(outcome, 'teardown')[0].payload).toMatchObject({
+      outcome: 'failure',
+      keep: { snapshotIds: [], imageId: null },
+    });
+    expect(modules(outcome).slice(-2)).toEqual(['teardown', 'report']);
   });
 
   test('target volume (and a plan without a target, as before) snapshots the target volumes', async () => {
