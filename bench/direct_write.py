@@ -578,7 +578,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-concurrency", type=int, default=100, help="stand-in's limit")
     parser.add_argument("--jobs", type=ints, default=[100, 32], help="put-snapshot --jobs")
     parser.add_argument(
-        "--job-jobs", type=ints, default=[16, 64], help="job --jobs (1-64; the workflow: 16)"
+        "--job-jobs", type=ints, default=[16], help="job --jobs (1-64; the workflow: 16)"
     )
     parser.add_argument("--paths", type=names, default=list(PATHS))
     parser.add_argument("--repeat", type=int, choices=range(1, 10), default=1, metavar="N")

@@ -18,7 +18,7 @@ BENCH_OTHER_DISKS := empty,mixed,lvm,stale-itable
 BENCH_DIRECT_LATENCIES := 100,20,0
 BENCH_DIRECT_JOBS := 100,32
 BENCH_DIRECT_ALL_PATHS := read,block,direct,job
-BENCH_DIRECT_JOB_JOBS := 16,64
+BENCH_DIRECT_JOB_JOBS := 16
 
 lint-bench: setup
 	$(VENV)/bin/ruff check bench test/bench
