@@ -104,6 +104,8 @@ THROTTLING_ERRORS = frozenset(
         "EC2ThrottledException",
         "BandwidthLimitExceeded",
         "PriorRequestNotComplete",
+        # EBS direct APIs: too many requests in flight for the account (StartSnapshot & co.)
+        "ConcurrentLimitExceededException",
     }
 )
 SERVER_ERRORS = frozenset(

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from compactor import aws, direct_snapshots, source_blocks
 from compactor.config import Config
 from compactor.ec2.instances import describe, raise_if_lost
-from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput
+from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput, SnapshotFailed
 from compactor.models import (
     AttachedVolume,
     AttachResult,
@@ -170,7 +170,38 @@ def check(
     result = _outcome(invocation, latest)
     if result["done"] and result["summary"] is not None:
         check_direct_snapshots(command, result["summary"])
+    elif not result["done"]:
+        transient = raise_if_a_direct_snapshot_failed(command)
+        if transient:
+            result["transientError"] = transient
     return result
+
+
+def raise_if_a_direct_snapshot_failed(command: CommandResult) -> str | None:
+    """Target snapshot, while the command runs: SnapshotFailed when EBS put one of the direct
+    snapshots in state error (cancelled after its idle timeout, or failed after completion): the
+    job cannot tell (the instance role has no ec2:DescribeSnapshots) and would wait out the
+    compaction bound. Returns the message of a throttled/5xx answer (not checked this time)."""
+    snapshot_ids = direct_snapshots.direct_snapshot_ids(command)
+    if not snapshot_ids:
+        return None
+    try:
+        described = aws.ec2().describe_snapshots(SnapshotIds=snapshot_ids)["Snapshots"]
+    except ClientError as error:
+        # right after StartSnapshot DescribeSnapshots may not list it yet
+        if aws.is_transient(error) or aws.error_code(error) == "InvalidSnapshot.NotFound":
+            return f"DescribeSnapshots: {aws.error_code(error)}: {aws.error_message(error)}"
+        raise
+    for snapshot in described:
+        if snapshot.get("State") == "error":
+            raise SnapshotFailed(
+                f"direct snapshot {snapshot['SnapshotId']} is in state error "
+                f"({snapshot.get('StateMessage') or 'no StateMessage given'}) while the copy "
+                "runs: EBS cancelled it (nothing written to it for "
+                f"{direct_snapshots.TIMEOUT_MINUTES} minutes, or not completed that long after "
+                "its last block) or could not seal it; start the workflow again"
+            )
+    return None
 
 
 def check_direct_snapshots(command: CommandResult, summary: dict[str, Any]) -> None:
