@@ -30,8 +30,8 @@ lint-twin: setup
 
 twin-synth: setup
 	@mkdir -p $(dir $(TWIN_CDK_OUT))
-	npx cdk synth --quiet -o $(TWIN_CDK_OUT) > out/twin/synth.log 2>&1 \
-	  || { cat out/twin/synth.log; echo "twin: cdk synth failed (log above)"; exit 1; }
+	npx cdk synth --quiet -o $(TWIN_CDK_OUT) > $(dir $(TWIN_CDK_OUT))synth.log 2>&1 \
+	  || { cat $(dir $(TWIN_CDK_OUT))synth.log; echo "twin: cdk synth failed (log above)"; exit 1; }
 
 # End-to-end and fault scenarios on loop devices: needs root (as in CI).
 test-twin: twin-synth

@@ -11,11 +11,13 @@ with its own clock as far on, as its schedule would run it then.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from .cfn import Deployment, Function
@@ -68,15 +70,38 @@ def _as_the_function(emu: Emulator, function: Function) -> Iterator[Any]:
         sys.path[:] = saved_path
 
 
-def sweep_later(emu: Emulator, d: Deployment, minutes: int, runs: int = 4) -> list[dict[str, Any]]:
+@contextmanager
+def _logs_to(path: Path | None) -> Iterator[None]:
+    """The function's log lines (Powertools writes them to stdout) go to `path` meanwhile."""
+    from compactor.observability import SERVICE
+
+    handlers = [
+        h for h in logging.getLogger(SERVICE).handlers if isinstance(h, logging.StreamHandler)
+    ]
+    if path is None or not handlers:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        before = [h.setStream(out) for h in handlers]
+        try:
+            yield
+        finally:
+            for handler, stream in zip(handlers, before, strict=True):
+                handler.setStream(stream)
+
+
+def sweep_later(
+    emu: Emulator, d: Deployment, minutes: int, runs: int = 4, log: Path | None = None
+) -> list[dict[str, Any]]:
     """The sweeper's runs `minutes` after now (until nothing is left to remove, at most `runs`),
-    with the EBS direct clock as far on; returns each run's result."""
+    with the EBS direct clock as far on; returns each run's result. Its log lines go to `log`."""
     function = sweep_function(d)
     real = ebs_direct.clock
     ebs_direct.clock = lambda: real() + minutes * 60
     results: list[dict[str, Any]] = []
     try:
-        with _as_the_function(emu, function):
+        with _as_the_function(emu, function), _logs_to(log):
             from compactor import sweeper
 
             config = sweeper.SweepConfig.from_env(os.environ)

@@ -73,7 +73,7 @@ def _time_passes(ctx: Context, result: ExecutionResult) -> None:
     scheduled sweeper deletes them: the clock moves on that far (later.py)."""
     left = facts(ctx.emu, result, ctx.registered.image_id).leaks
     minutes = later.minutes_until_swept(later.sweep_function(ctx.d))
-    ctx.swept_later = later.sweep_later(ctx.emu, ctx.d, minutes)
+    ctx.swept_later = later.sweep_later(ctx.emu, ctx.d, minutes, log=ctx.logdir / "sweep-later.log")
     removed = [r for run in ctx.swept_later for e in run["executions"] for r in e["removed"]]
     ctx.notes.append(
         f"left after the cleanup path: {left}; {minutes} minutes later (the direct snapshot "
