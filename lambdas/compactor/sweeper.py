@@ -12,8 +12,11 @@ For each execution it asks Step Functions (DescribeExecution on the main state m
 - ended (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) less than the grace period ago: kept (its own
   teardown or the cleanup state machine may still be at it).
 - ended longer ago: torn down. SUCCEEDED with teardown outcome `success` (instance, volumes,
-  block lists: never an output), the others with `cleanup` (also the undelivered snapshots and
-  AMIs). Teardown itself never deletes a delivered snapshot or an AMI of a delivered execution.
+  block lists, snapshots in state `error`: never an output), the others with `cleanup` (also the
+  undelivered snapshots and AMIs). A pending direct snapshot that EC2 will not delete (teardown's
+  `leftToTimeOut`) counts as `remaining`: it turns `error` after
+  limits.directSnapshotTimeoutMinutes without a write, and a later run deletes it. Teardown
+  itself never deletes a delivered snapshot or an AMI of a delivered execution.
 - not found (ExecutionDoesNotExist: never started, older than Step Functions keeps executions, or
   started a moment ago and not visible yet - DescribeExecution is eventually consistent): torn
   down with `cleanup` only when its youngest resource is older than the grace period.
@@ -133,16 +136,23 @@ class Group:
     execution_name: str
     resources: dict[str, list[str]] = field(default_factory=dict)
     youngest: datetime | None = None
+    failed_snapshots: list[str] = field(default_factory=list)
 
-    def add(self, kind: str, resource_id: str, created: Any) -> None:
+    def add(self, kind: str, resource_id: str, created: Any, state: str | None = None) -> None:
         self.resources.setdefault(kind, []).append(resource_id)
+        if kind == "snapshot" and state == "error":
+            self.failed_snapshots.append(resource_id)
         when = _as_datetime(created)
         if when and (self.youngest is None or when > self.youngest):
             self.youngest = when
 
     @property
     def has_work_resources(self) -> bool:
-        return bool(self.resources.get("instance") or self.resources.get("volume"))
+        """What teardown `success` removes: the instance, the volumes, and snapshots in state
+        error (a direct snapshot EBS cancelled, e.g. one a relaunch left to its timeout)."""
+        return bool(
+            self.resources.get("instance") or self.resources.get("volume") or self.failed_snapshots
+        )
 
 
 def _as_datetime(value: Any) -> datetime | None:
@@ -167,20 +177,28 @@ def find(stack_name: str) -> tuple[dict[str, Group], list[str]]:
     groups: dict[str, Group] = {}
     untracked: list[str] = []
 
-    def add(kind: str, resource_id: str, resource_tags: Mapping[str, str], created: Any) -> None:
+    def add(
+        kind: str,
+        resource_id: str,
+        resource_tags: Mapping[str, str],
+        created: Any,
+        state: str | None,
+    ) -> None:
         execution = resource_tags.get(tags.EXECUTION)
         if not execution:
             untracked.append(resource_id)
             return
-        groups.setdefault(execution, Group(execution)).add(kind, resource_id, created)
+        groups.setdefault(execution, Group(execution)).add(kind, resource_id, created, state)
 
-    for kind, resource_id, resource_tags, created in _leftovers(stack_name):
+    for kind, resource_id, resource_tags, created, state in _leftovers(stack_name):
         if resource_tags.get(tags.STACK) == stack_name:  # the filter again, in case it lags
-            add(kind, resource_id, resource_tags, created)
+            add(kind, resource_id, resource_tags, created, state)
     return groups, untracked
 
 
-def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any]]:
+def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any, str | None]]:
+    """(kind, id, tags, creation time, state) of everything with the stack tag that is not gone
+    and not a delivered output."""
     owned = _stack_filter(stack_name)
     for page in _pages("describe_instances", Filters=owned):
         for reservation in page["Reservations"]:
@@ -191,11 +209,18 @@ def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any]
                         i["InstanceId"],
                         tags.from_aws(i.get("Tags")),
                         i.get("LaunchTime"),
+                        None,
                     )
     for page in _pages("describe_volumes", Filters=owned):
         for v in page["Volumes"]:
             if v.get("State") != "deleted":
-                yield "volume", v["VolumeId"], tags.from_aws(v.get("Tags")), v.get("CreateTime")
+                yield (
+                    "volume",
+                    v["VolumeId"],
+                    tags.from_aws(v.get("Tags")),
+                    v.get("CreateTime"),
+                    None,
+                )
     delivered_executions: set[str] = set()
     for page in _pages("describe_snapshots", OwnerIds=["self"], Filters=owned):
         for s in page["Snapshots"]:
@@ -203,7 +228,7 @@ def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any]
             if tags.is_delivered(snapshot_tags):
                 delivered_executions.add(snapshot_tags.get(tags.EXECUTION, ""))
                 continue
-            yield "snapshot", s["SnapshotId"], snapshot_tags, s.get("StartTime")
+            yield "snapshot", s["SnapshotId"], snapshot_tags, s.get("StartTime"), s.get("State")
     for page in _pages("describe_images", Owners=["self"], Filters=owned):
         for image in page["Images"]:
             image_tags = tags.from_aws(image.get("Tags"))
@@ -211,7 +236,7 @@ def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any]
                 continue
             if image_tags.get(tags.EXECUTION, "") in delivered_executions:
                 continue  # an AMI of a delivered execution is an output
-            yield "image", image["ImageId"], image_tags, image.get("CreationDate")
+            yield "image", image["ImageId"], image_tags, image.get("CreationDate"), None
 
 
 def execution_status(state_machine_arn: str, execution_name: str) -> tuple[str, datetime | None]:
@@ -310,7 +335,8 @@ def _tear_down(config: SweepConfig, group: Group, outcome: str, entry: SweepExec
         )
     entry["teardownOutcome"] = outcome
     entry["removed"] = [{"type": kind, "id": resource_id} for kind, resource_id in removed]
-    entry["remaining"] = result["remaining"]
+    # a pending snapshot teardown had to leave to its timeout waits for the next run, too
+    entry["remaining"] = result["remaining"] + len(result.get("leftToTimeOut") or [])
 
 
 def _removed(result: Mapping[str, Any]) -> Iterable[tuple[str, str]]:

@@ -7,10 +7,11 @@ ignores Encrypted, KmsKeyArn, ClientToken and Timeout), so those are checked on 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from compactor import aws, direct_snapshots, errors, validation
+from compactor import aws, direct_snapshots, errors, sweeper, validation
 from compactor.handlers import (
     check_compaction,
     create_snapshots,
@@ -28,6 +29,10 @@ from conftest import (
     serve_snapshot_blocks,
 )
 from support import capture, error_response, on_params, respond
+from test_sweep import config as sweep_config
+from test_sweep import entry as sweep_entry
+from test_sweep import later, machine  # noqa: F401 (the fixture)
+from test_sweep import start as start_execution
 
 SNAPSHOT = "snap-0123456789abcdef0"
 
@@ -561,3 +566,54 @@ def test_a_plan_without_a_target_reports_volume(world: World) -> None:
         "error": {"Error": "X", "Cause": "y"},
     }
     assert report.handler(state, world.context)["target"] == "volume"
+
+
+# --- sweeper ------------------------------------------------------------------------------------
+
+
+def succeeded(state_machine_arn: str) -> None:
+    stopped = datetime.now(UTC)
+    respond(
+        aws.sfn(),
+        "DescribeExecution",
+        lambda params: {
+            "executionArn": params["executionArn"],
+            "status": "SUCCEEDED",
+            "stopDate": stopped,
+            "startDate": stopped,
+            "stateMachineArn": state_machine_arn,
+        },
+    )
+
+
+def test_the_sweep_deletes_a_succeeded_executions_snapshot_in_state_error(
+    world: World,
+    machine: str,  # noqa: F811 (test_sweep's fixture)
+) -> None:
+    """E.g. the direct snapshot of a lost launch attempt that EC2 would not delete while it was
+    pending: it turned `error` after its timeout. Not an output, so not kept."""
+    start_execution(machine, EXECUTION)
+    succeeded(machine)
+    failed = owned_direct_snapshot(world)
+    completed = owned_direct_snapshot(world)  # undelivered but completed: kept-outputs as before
+    in_state(failed, "error")
+    result = sweep_entry(sweeper.sweep(sweep_config(), later()), EXECUTION)
+    assert (result["action"], result["teardownOutcome"]) == ("sweep", "success")
+    assert result["removed"] == [{"type": "snapshot", "id": failed}]
+    assert failed not in world.inventory()["snapshots"]
+    assert completed in world.inventory()["snapshots"]
+
+
+def test_the_sweep_counts_a_pending_snapshot_left_to_its_timeout_as_remaining(
+    world: World,
+    machine: str,  # noqa: F811 (test_sweep's fixture)
+) -> None:
+    start_execution(machine, EXECUTION, abort=True)
+    pending = owned_direct_snapshot(world)
+    in_state(pending, "pending")
+    respond(aws.ec2(), "DeleteSnapshot", lambda _: error_response("IncorrectState", "pending"))
+    result = sweeper.sweep(sweep_config(), later())
+    swept = sweep_entry(result, EXECUTION)
+    assert (swept["action"], swept["removed"], swept["remaining"]) == ("sweep", [], 1)
+    assert result["remaining"] == 1
+    assert pending in world.inventory()["snapshots"]
