@@ -106,6 +106,17 @@ def test_snapshot_target_compacts_a_snapshot(cdk_out: Path, tmp_path: Path) -> N
             edit_policies=iam_check.without_action("ebs:PutSnapshotBlock"),
         )  # fmt: skip
         assert (INSTANCE_CALLER, "ebs:PutSnapshotBlock") in {(d.caller, d.action) for d in denied}
+        # StartSnapshot's Tags are authorized as ec2:CreateTags too: without it, start_compaction
+        # is denied
+        (starter,) = [f.name for f in ctx.d.functions.values() if ".start_compaction." in f.handler]
+        denied = iam_check.check_calls(
+            ctx.emu.calls_path, ctx.d, cdk_out=cdk_out,
+            edit_policies=iam_check.without_action("ec2:CreateTags"),
+        )  # fmt: skip
+        assert any(
+            (d.caller, d.call, d.action) == (starter, "ebs:StartSnapshot", "ec2:CreateTags")
+            for d in denied
+        ), denied
 
 
 def test_snapshot_target_compacts_an_ami(cdk_out: Path, tmp_path: Path) -> None:

@@ -137,9 +137,12 @@ def test_failing_command_fails_with_the_programs_error_line(cdk_out, tmp_path) -
     assert report["execution_status"] == "FAILED"
     assert report["error"] == "CompactionFailed"
     cause = json.loads(report["cause"])
-    # The source volume has no device node: the error line of sparsecopy's `device` says so.
-    assert cause["errorMessage"].startswith("sparsecopy: error: volume vol-"), cause
-    assert "not attached" in cause["errorMessage"]
+    # The source volume has no device node: the error line says so, and names the started
+    # snapshot it did not complete (target snapshot)
+    message = cause["errorMessage"]
+    assert message.startswith("sparsecopy: error: snapshot snap-"), cause
+    assert "NOT completed" in message and "volume vol-" in message, cause
+    assert "not attached" in message
     # start_compaction started the new snapshot before the command; teardown deleted it
     assert len(report["new_snapshot_ids"]) == 1 and report["new_snapshot_ids_existing"] == []
     assert report["delivered_snapshot_ids"] == []
@@ -154,18 +157,10 @@ def test_lost_instance_is_replaced_and_the_job_succeeds(cdk_out: Path, tmp_path:
     assert calls.index("teardown") < len(calls) - 2  # a retry teardown before the relaunch
 
 
-SNAPSHOT_ERROR_DIRECT = pytest.mark.xfail(
-    strict=True,
-    reason="target snapshot: the job's --verify waits for the seal of a snapshot that turned "
-    "`error` and the run ends CompactionTimedOut (Request to LA in /work/issue11-plan2.md: "
-    "check_compaction should DescribeSnapshots the direct snapshots)",
-)
-
-
-@pytest.mark.parametrize(
-    "target", ["volume", pytest.param("snapshot", marks=SNAPSHOT_ERROR_DIRECT)]
-)
+@pytest.mark.parametrize("target", ["volume", "snapshot"])
 def test_snapshot_error_fails_with_snapshot_failed(cdk_out, tmp_path, target) -> None:
+    """target snapshot: the direct snapshot turns `error` after CompleteSnapshot, while the
+    job's --verify still waits for its seal: check_compaction sees it and fails SnapshotFailed."""
     report = scenario(cdk_out, tmp_path, fault="snapshot-error", target=target)
     assert report["execution_status"] == "FAILED"
     assert report["error"] == "SnapshotFailed"

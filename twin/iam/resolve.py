@@ -547,7 +547,7 @@ def _list_snapshot_blocks(p: dict[str, Any], s: State) -> list[Context]:
 def _start_snapshot(p: dict[str, Any], s: State) -> list[Context]:
     """StartSnapshot authorizes the new snapshot (arn:aws:ec2:REGION::snapshot/*) with its
     request tags and the ebs:VolumeSize, ebs:Description and ebs:ParentSnapshot keys (iam-data:
-    the snapshot resource type's condition keys); a parent snapshot is read too."""
+    the snapshot resource type's condition keys), and with Tags also ec2:CreateTags on it."""
     tags = {t["Key"]: t.get("Value", "") for t in p.get("Tags") or []}
     ctx: dict[str, Any] = {**request_tags(tags), "ebs:VolumeSize": str(p.get("VolumeSize"))}
     if p.get("Description"):
@@ -555,7 +555,15 @@ def _start_snapshot(p: dict[str, Any], s: State) -> list[Context]:
     parent = p.get("ParentSnapshotId")
     if parent:
         ctx["ebs:ParentSnapshot"] = s.ec2_arn("snapshot", parent, "")
-    return [_ctx("ebs:StartSnapshot", "snapshot", s.ec2_arn("snapshot", "*", ""), s, ctx)]
+    new = s.ec2_arn("snapshot", "*", "")
+    out = [_ctx("ebs:StartSnapshot", "snapshot", new, s, ctx)]
+    if tags:
+        # The Service Authorization Reference's operations table: StartSnapshot authorizes
+        # ebs:StartSnapshot and ec2:CreateTags (for its Tags), with no ec2:CreateAction value.
+        tagging = _ctx("ec2:CreateTags", "snapshot", new, s, request_tags(tags),
+                       why="tags of ebs:StartSnapshot")  # fmt: skip
+        out.append(tagging)
+    return out
 
 
 def _ebs_snapshot_for(action: str) -> Resolver:
