@@ -1,10 +1,11 @@
 """The sweep (twin/sweep.py): its plan comes from the synthesized definition, and a
 representative part of it runs here (`make test`); `make sweep` runs every case (docs/sweep.md).
 
-The part run here: one kind at each key state, every kind at least three times, chosen so that it
-stays well under 8 minutes on 2 cores (the cases run the default input, target snapshot, except
-Create snapshots', which only target volume reaches); the scenario tests (test_scenarios.py) add
-error@Report, abort@Launch transfer instance, throttle@Check instance and lost@Check compaction.
+The part run here: one kind at each key state, every kind at least three times (20 cases: 11.4
+minutes on 2 cores in a run beside other work; the cases run the default input, target snapshot,
+except Create snapshots', which only target volume reaches); the scenario tests
+(test_scenarios.py) add error@Report, abort@Launch transfer instance, throttle@Check instance and
+lost@Check compaction.
 Three cases lie on recovery paths (the failure chain, the warnings chain, the relaunch path): they
 run with the opener fault that leads there (twin/sweep.py RECOVERY_OPENERS).
 """
