@@ -11,9 +11,10 @@ and tags (snapshots.new_snapshot_fields), the encryption a target volume gets at
 Encrypted, which StartSnapshot wants when the account encrypts by default). The ClientToken
 `<execution>-a<launchAttempt>-v<index>` makes a retried call (the task's retry after a
 throttled SendCommand, say) find the snapshot of the first call instead of starting a second;
-a relaunch (the next launch attempt) starts new ones. Timeout: limits.directSnapshotTimeoutMinutes,
-an idle timeout (EBS cancels a snapshot, state error, when no block is written for that long or
-it is not completed that long after its last block)."""
+a relaunch (the next launch attempt) starts new ones. Timeout (timeout_minutes): an idle timeout
+(EBS cancels a snapshot, state error, when no block is written for that long or it is not
+completed that long after its last block); the job copies the volumes one after the other, so
+the last one's first put may come as late as the compaction budget allows."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from compactor.errors import CompactionFailed, KmsKeyNotUsable
 from compactor.models import CommandResult, Plan, SnapshotItem, VolumePlan
 
 TIMEOUT_MINUTES = contract.limit("directSnapshotTimeoutMinutes")
+TIMEOUT_MAX_MINUTES = contract.limit("directSnapshotTimeoutMaxMinutes")
 # StartSnapshot's KmsKeyArn takes a key ARN only (botocore's model: ...:key/...), not an alias
 _KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]*:[0-9]{12}:key/.+$")
 # StartSnapshot's limits (botocore's ebs model): the token and the description
@@ -61,6 +63,15 @@ def client_token(execution_name: str, launch_attempt: int, index: int) -> str:
     return f"{execution_name}-a{launch_attempt}-v{index}"[:_MAX_TOKEN]
 
 
+def timeout_minutes(plan: Plan) -> int:
+    """directSnapshotTimeoutMinutes, or the plan's compaction budget when longer (a later
+    volume's snapshot gets its first block only after the earlier volumes are copied), at most
+    StartSnapshot's largest Timeout."""
+    poll = plan["compactionPoll"]
+    budget = -(-poll["intervalSeconds"] * poll["maxAttempts"] // 60)
+    return int(min(TIMEOUT_MAX_MINUTES, max(TIMEOUT_MINUTES, budget)))
+
+
 def start(plan: Plan, launch_attempt: int, config: Config) -> list[SnapshotItem]:
     """StartSnapshot for each plan volume, in index order."""
     fields = snapshots.new_snapshot_fields(plan, config)
@@ -72,7 +83,7 @@ def start(plan: Plan, launch_attempt: int, config: Config) -> list[SnapshotItem]
             "Tags": [{"Key": key, "Value": value} for key, value in new.tags.items()],
             "Description": new.description[:_MAX_DESCRIPTION],
             "ClientToken": client_token(plan["executionName"], launch_attempt, volume["index"]),
-            "Timeout": TIMEOUT_MINUTES,
+            "Timeout": timeout_minutes(plan),
             **encryption(volume),
         }
         try:

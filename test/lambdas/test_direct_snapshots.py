@@ -122,6 +122,21 @@ def calls_in_order() -> list[str]:
     return order
 
 
+@pytest.mark.parametrize(
+    ("interval", "attempts", "minutes"),
+    [
+        (60, 10, 240),  # a short budget: the least timeout
+        (60, 600, 600),  # the budget (10 h): a later volume may wait that long for its first put
+        (61, 299, 304),  # 303.98 minutes, rounded up
+        (300, 900, 4320),  # 75 h: StartSnapshot's largest Timeout
+    ],
+)
+def test_timeout_covers_the_compaction_budget(interval: int, attempts: int, minutes: int) -> None:
+    plan: Any = {"compactionPoll": {"intervalSeconds": interval, "maxAttempts": attempts}}
+    assert direct_snapshots.timeout_minutes(plan) == minutes
+    assert direct_snapshots.TIMEOUT_MAX_MINUTES == 4320
+
+
 def test_starts_each_snapshot_before_the_command_and_names_them_in_it(world: World) -> None:
     source = world.snapshot(size=12, tags={"team": "db"}, description="nightly")
     plan, instance, attached = ready_instance(
