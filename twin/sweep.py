@@ -302,7 +302,7 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         '`"target": "volume"`), then the cleanup path EventBridge would start.',
         "`holds`: nothing leaked after the cleanup path (no instance left running, no volume, no",
         "snapshot or AMI of the execution other than delivered outputs), the source snapshot",
-        "unchanged, once delivered every new snapshot (and the AMI) still exists, and every AWS",
+        "unchanged, once delivered the snapshots it delivered (and the AMI) still exist, every AWS",
         "call the Lambdas and the transfer instance made is allowed by the synthesized roles",
         "(twin/iam).",
         "`applied`: whether the execution reached the state (a fault at a state the run never",
