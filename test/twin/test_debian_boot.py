@@ -74,7 +74,8 @@ def test_a_new_ami_that_does_not_boot_fails_the_run_and_shows_its_console() -> N
             "marker": None, "fatal": "no GRUB", "timed_out": False,
             "console_tail": ["[   0.1] Booting from Hard Disk..."]}  # fmt: skip
     row = {"leaked_resources": 0, "iam_denials": [], "source_snapshot_unchanged": True,
-           "delivered": True, "new_snapshots_existing": 1, "new_snapshot_ids": ["snap-1"],
+           "delivered": True, "new_snapshot_ids": ["snap-1"],
+           "delivered_snapshot_ids": ["snap-1"], "new_snapshot_ids_existing": ["snap-1"],
            "new_image_id": "ami-1", "new_image_existing": True}  # fmt: skip
     assert holds({**row, "new_image_boots": None}) is True  # OS=none: nothing booted
     assert holds({**row, "new_image_boots": True}) is True
