@@ -111,6 +111,20 @@ def _wanted(parts: tuple[tuple[int, int], ...]) -> int:
     return sum(hi - lo for lo, hi in parts)
 
 
+def read_exactly(fd: int, view: memoryview, offset: int, length: int, what: str) -> None:
+    """``length`` bytes of ``fd`` at ``offset`` into ``view``; Failure naming ``what`` when a
+    read fails or the device ends first."""
+    done = 0
+    while done < length:
+        try:
+            n = os.preadv(fd, [view[done:length]], offset + done)
+        except OSError as exc:
+            raise Failure(f"reading {what} at byte {offset + done} failed: {exc.strerror}") from exc
+        if n == 0:
+            raise Failure(f"{what} ended at byte {offset + done}, before the planned range")
+        done += n
+
+
 class Copier:
     """Copies extents from one descriptor to another, ``jobs`` requests at a time."""
 
@@ -137,19 +151,6 @@ class Copier:
             self._local.buf = buf
         return buf
 
-    def _read(self, fd: int, view: memoryview, offset: int, length: int, what: str) -> None:
-        done = 0
-        while done < length:
-            try:
-                n = os.preadv(fd, [view[done:length]], offset + done)
-            except OSError as exc:
-                raise Failure(
-                    f"reading {what} at byte {offset + done} failed: {exc.strerror}"
-                ) from exc
-            if n == 0:
-                raise Failure(f"{what} ended at byte {offset + done}, before the planned range")
-            done += n
-
     def _write(self, fd: int, view: memoryview, offset: int) -> None:
         done = 0
         while done < len(view):
@@ -165,7 +166,7 @@ class Copier:
         buf = self._buffer()
         view = memoryview(buf)
         try:
-            self._read(src, view, offset, length, "the source")
+            read_exactly(src, view, offset, length, "the source")
             if self.on_read:
                 self.on_read(offset, length)
             written = 0
@@ -189,10 +190,10 @@ class Copier:
             self._local.buf_b = buf_b
         view_a, view_b = memoryview(buf_a), memoryview(buf_b)
         try:
-            self._read(a, view_a, offset, length, "the source")
+            read_exactly(a, view_a, offset, length, "the source")
             if self.on_read:
                 self.on_read(offset, length)
-            self._read(b, view_b, offset + shift, length, "the target")
+            read_exactly(b, view_b, offset + shift, length, "the target")
             for lo, hi in parts:
                 if buf_a[lo:hi] != buf_b[lo:hi]:
                     raise Failure(

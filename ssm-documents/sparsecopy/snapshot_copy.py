@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
 from .blockdev import sector_size, size_of
-from .copier import open_device
+from .copier import open_device, read_exactly
 from .disk_copy import DEFAULT_JOBS, _direct_ranges, check_device
 from .ebs_direct import ApiError, Client, aggregate_checksum
 from .errors import Failure
@@ -111,20 +111,11 @@ class Source:
     def read(self, block: Block, count: bool = True) -> bytes:
         """The block, masked; ``count``: a read of the copy (not of verify)."""
         offset = block.number * BLOCK_SIZE
-        length, done = min(BLOCK_SIZE, self.size - offset), 0
+        length = min(BLOCK_SIZE, self.size - offset)
         buf = self._buffer()
         view = memoryview(buf)
         try:
-            while done < length:
-                try:
-                    n = os.preadv(self.fd, [view[done:length]], offset + done)
-                except OSError as exc:
-                    raise Failure(
-                        f"reading the source at byte {offset + done} failed: {exc.strerror}"
-                    ) from exc
-                if n == 0:
-                    raise Failure(f"the source ended at byte {offset + done}, before its size")
-                done += n
+            read_exactly(self.fd, view, offset, length, "the source")
         finally:
             view.release()
         if count:
