@@ -47,7 +47,7 @@ def sweep_function(d: Deployment) -> Function:
 
 
 @contextmanager
-def _as_the_function(emu: Emulator, function: Function) -> Iterator[Any]:
+def as_the_function(emu: Emulator, function: Function) -> Iterator[Any]:
     """The function's code, environment and identity in this process (restored after)."""
     saved_env, saved_path = dict(os.environ), list(sys.path)
     os.environ.update({**function.env, **emu.client_env()})
@@ -101,7 +101,7 @@ def sweep_later(
     ebs_direct.clock = lambda: real() + minutes * 60
     results: list[dict[str, Any]] = []
     try:
-        with _as_the_function(emu, function), _logs_to(log):
+        with as_the_function(emu, function), _logs_to(log):
             from compactor import sweeper
 
             config = sweeper.SweepConfig.from_env(os.environ)

@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from twin import later
 from twin.context import setup
 from twin.emulator.consistency import TAG_LAG_CALLS
 from twin.emulator.faults import Faults, parse
@@ -21,16 +20,13 @@ from twin.emulator.server import Emulator
 from twin.execution import invoke_function
 from twin.facts import facts
 from twin.iam import check as iam_check
-from twin.iam.recorder import CALLER_HEADER
 from twin.options import Options
 from twin.starts import start_api
 
 SWEEP_HANDLER = "compactor.handlers.sweep.handler"
 
 
-def test_resources_of_an_aborted_execution_are_swept(
-    cdk_out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_resources_of_an_aborted_execution_are_swept(cdk_out: Path, tmp_path: Path) -> None:
     opts = Options(fault="abort@Attach volumes", cdk_out=cdk_out, out_dir=tmp_path / "out",
                    picture=False)  # fmt: skip
     fault = parse(opts.fault)
@@ -61,7 +57,7 @@ def test_resources_of_an_aborted_execution_are_swept(
         assert facts(emu, result, ctx.registered.image_id).leaks == left
 
         # past the grace period: the same code with the function's environment, its clock moved on
-        swept = _sweep_later(emu, ctx.d.functions[sweep_arn], monkeypatch, hours=3)
+        swept = _sweep_later(emu, ctx.d.functions[sweep_arn], hours=3)
         (entry,) = swept["executions"]
         assert (entry["action"], entry["teardownOutcome"]) == ("sweep", "cleanup")
         assert {r["type"] for r in entry["removed"]} >= {"instance", "volume"}
@@ -69,7 +65,7 @@ def test_resources_of_an_aborted_execution_are_swept(
         for _ in range(5):
             if not swept["remaining"]:
                 break
-            swept = _sweep_later(emu, ctx.d.functions[sweep_arn], monkeypatch, hours=3)
+            swept = _sweep_later(emu, ctx.d.functions[sweep_arn], hours=3)
         assert facts(emu, result, ctx.registered.image_id).leaks == []
         # and every call of the sweep function (Describe*, DescribeExecution, the teardown's
         # TerminateInstances/DeleteVolume with the stack tag, the bucket) is allowed by its role
@@ -89,25 +85,13 @@ def test_resources_of_an_aborted_execution_are_swept(
             assert {(d.caller, d.action) for d in denied} >= {(sweep_name, removed)}, denied
 
 
-def _sweep_later(
-    emu: Emulator, function: Any, monkeypatch: pytest.MonkeyPatch, hours: float
-) -> Any:
-    """sweeper.sweep with the function's environment and identity: every request carries the
-    X-Twin-Caller header of the sweep function, so the IAM check judges it by the sweep role."""
-    from compactor import aws, sweeper
+def _sweep_later(emu: Emulator, function: Any, hours: float) -> Any:
+    """sweeper.sweep with the function's environment and identity (twin/later.py): every request
+    carries the X-Twin-Caller header of the sweep function, so the IAM check judges it by the
+    sweep role."""
+    with later.as_the_function(emu, function):
+        from compactor import sweeper
 
-    for name, value in {**function.env, **emu.client_env()}.items():
-        monkeypatch.setenv(name, value)
-    aws.reset_clients()
-
-    def as_the_function(request: Any, **_: Any) -> None:
-        request.headers[CALLER_HEADER] = function.name
-
-    for client in (aws.ec2(), aws.sfn(), aws.s3(), aws.events()):
-        client.meta.events.register("request-created", as_the_function)
-    try:
         return sweeper.sweep(
             sweeper.SweepConfig.from_env(os.environ), datetime.now(UTC) + timedelta(hours=hours)
         )
-    finally:
-        aws.reset_clients()
