@@ -20,6 +20,10 @@ For each execution it asks Step Functions (DescribeExecution on the main state m
 - not found (ExecutionDoesNotExist: never started, older than Step Functions keeps executions, or
   started a moment ago and not visible yet - DescribeExecution is eventually consistent): torn
   down with `cleanup` only when its youngest resource is older than the grace period.
+- no answer (status UNKNOWN: DescribeExecution refused the ARN as invalid, or was throttled):
+  kept (`kept-unknown`). Only Step Functions' own answer proves an execution ended: every tag
+  value is asked about as it is, whatever characters StartExecution allowed in the name
+  (`release-1.2.3`, non-ASCII letters), never judged by a pattern here.
 Resources with the stack tag but no execution tag are reported (`untracked`), never touched:
 teardown works by execution.
 
@@ -45,8 +49,8 @@ from compactor.report import events
 
 KEEP_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
 NOT_FOUND = "NOT_FOUND"
+UNKNOWN = "UNKNOWN"
 _STATE_MACHINE_ARN = re.compile(r"^(arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}):stateMachine:(.+)$")
-_EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 # teardown's result lists that count as removed, and the resource type each holds
 REMOVED_LISTS = {
     "terminatedInstances": "instance",
@@ -241,17 +245,24 @@ def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any,
 
 def execution_status(state_machine_arn: str, execution_name: str) -> tuple[str, datetime | None]:
     """(status, stopDate) of the main state machine's execution; NOT_FOUND when Step Functions
-    does not know it (or the tag's value cannot be an execution name)."""
+    says it does not exist, UNKNOWN when it gives no answer (an ARN it refuses, throttling)."""
     match = _STATE_MACHINE_ARN.match(state_machine_arn)
-    if not match or not _EXECUTION_NAME.match(execution_name):
-        return NOT_FOUND, None
+    if not match:  # SweepConfig.from_env checked it
+        raise ConfigError(f"{state_machine_arn!r} is not a state machine ARN")
     prefix, machine = match.groups()
     arn = f"{prefix}:execution:{machine}:{execution_name}"
     try:
         answer = aws.sfn().describe_execution(executionArn=arn)
     except ClientError as error:
-        if aws.error_code(error) == "ExecutionDoesNotExist":
+        code = aws.error_code(error)
+        if code == "ExecutionDoesNotExist":
             return NOT_FOUND, None
+        if code == "InvalidArn" or aws.is_transient(error):
+            logger.warning(
+                "DescribeExecution gave no answer: the resources are kept",
+                extra={"executionName": execution_name, "error": code},
+            )
+            return UNKNOWN, None
         raise
     return str(answer["status"]), _as_datetime(answer.get("stopDate"))
 
@@ -262,6 +273,8 @@ def decide(
     """(action, teardown outcome): what to do with an execution's leftovers."""
     if status in KEEP_STATUSES:
         return "kept-running", None
+    if status == UNKNOWN:
+        return "kept-unknown", None
     ended = stopped if status != NOT_FOUND else group.youngest
     if ended is None and status != NOT_FOUND:
         return "kept-grace", None  # ended without a stopDate: cannot time it, ask next run

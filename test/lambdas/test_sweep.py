@@ -14,7 +14,7 @@ from compactor import aws, contract, sweeper, tags
 from compactor.errors import ConfigError
 from compactor.handlers import sweep as sweep_handler
 from conftest import STACK, World
-from support import capture, respond
+from support import capture, error_response, respond
 from test_contract import _Recording
 from test_metrics import emf_points, named
 
@@ -200,6 +200,35 @@ def test_an_unknown_execution_is_swept_only_once_its_resources_are_old(
     old = sweeper.sweep(config(), later(2))
     assert entry(old, "exec-never-seen")["teardownOutcome"] == "cleanup"
     assert alive(world, ids) == dict.fromkeys(ids, False)
+
+
+@pytest.mark.parametrize("name", ["release-1.2.3", "build.7", "nightly@2026-11-26", "café-β"])
+def test_a_running_execution_with_any_allowed_name_is_kept(
+    world: World, machine: str, name: str
+) -> None:
+    """StartExecution allows any name without white space, brackets, wildcards, the specials
+    " # % \\ ^ | ~ ` $ & , ; : / and control characters (botocore's stepfunctions model): such
+    an execution is asked about like any other, never taken for one that does not exist."""
+    start(machine, name)
+    ids = leave(world, name, snapshot=True)
+    kept = entry(sweeper.sweep(config(), later(24)), name)
+    assert (kept["status"], kept["action"], kept["removed"]) == ("RUNNING", "kept-running", [])
+    assert alive(world, ids) == dict.fromkeys(ids, True)
+
+
+@pytest.mark.parametrize("code", ["InvalidArn", "ThrottlingException"])
+def test_an_execution_step_functions_cannot_answer_for_is_kept(
+    world: World, machine: str, code: str
+) -> None:
+    """Only DescribeExecution's answer proves an execution ended: an ARN it refuses (a tag value
+    no execution could have) or a throttled call keeps the resources, named in the result."""
+    ids = leave(world, "exec-unanswered", snapshot=True)
+    calls = respond(aws.sfn(), "DescribeExecution", lambda _: error_response(code))
+    result = sweeper.sweep(config(), later(48))
+    kept = entry(result, "exec-unanswered")
+    assert (kept["status"], kept["action"], kept["removed"]) == ("UNKNOWN", "kept-unknown", [])
+    assert alive(world, ids) == dict.fromkeys(ids, True)
+    assert [c["executionArn"].rsplit(":", 1)[1] for c in calls] == ["exec-unanswered"]
 
 
 def test_other_stacks_and_untagged_executions_are_not_touched(world: World, machine: str) -> None:
