@@ -15,7 +15,8 @@ Typical use::
 
 The modules, one job each: `image` (Partition, DiskImage), `layout` (sparse files, GPT/MBR,
 mkfs, a partition's loop device or mount), `dirt` (dirty files, crashes, stale bytes), the
-builders by kind (`gpt`, `mbr`, `bare`, `inode_tables`) and `checks` (hashes, fsck, chunks).
+builders by kind (`gpt`, `mbr`, `bare`, `inode_tables`, `zeros`: disks holding allocated
+zeros, named in `ALLOCATED_ZEROS`) and `checks` (hashes, fsck, chunks).
 This package names them all in one place for the tests.
 """
 
@@ -69,10 +70,21 @@ from devkit.disks.layout import (
     partition_mount,
 )
 from devkit.disks.mbr import build_mbr_logical, build_mbr_ntfs, ntfs_set_dirty
+from devkit.disks.zeros import (
+    ALLOCATED_ZEROS,
+    ZERO_FILES,
+    build_ext4_zero_files,
+    build_ext4_zeroed_itables,
+    build_xfs_fresh,
+    ext4_file_chunks,
+    rewrite_plainly,
+    xfs_log_range,
+)
 from devkit.loop import loop_device
 from devkit.mounts import mounted
 
 __all__ = [
+    "ALLOCATED_ZEROS",
     "BIOS_BOOT",
     "CHUNK",
     "EFI_SYSTEM",
@@ -80,6 +92,7 @@ __all__ = [
     "LINUX_SWAP",
     "MIB",
     "SECTOR",
+    "ZERO_FILES",
     "DiskImage",
     "InodeTableGroup",
     "Partition",
@@ -89,16 +102,20 @@ __all__ = [
     "build_empty",
     "build_ext4_swap",
     "build_ext4_swap_raw_unwritten",
+    "build_ext4_zero_files",
+    "build_ext4_zeroed_itables",
     "build_gpt_efi_ext4",
     "build_gpt_xfs",
     "build_mbr_logical",
     "build_mbr_ntfs",
     "build_random_partition",
     "build_stale_inode_tables",
+    "build_xfs_fresh",
     "crash_after_writes",
     "create_sparse",
     "data_chunks",
     "efi_files",
+    "ext4_file_chunks",
     "file_hashes",
     "fill_dirty",
     "fsck_clean",
@@ -114,6 +131,7 @@ __all__ = [
     "partition_mount",
     "partition_table",
     "recovered_copy",
+    "rewrite_plainly",
     "run",
     "same_bytes",
     "scribble_free_space",
@@ -124,4 +142,5 @@ __all__ = [
     "unused_inode_table_blocks",
     "write_random_bytes",
     "written_chunks",
+    "xfs_log_range",
 ]
