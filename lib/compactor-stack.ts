@@ -118,7 +118,7 @@ export class CompactorStack extends Stack {
       imageBuilder: this.settings,
     });
     const pipelinePolicy = this.pipelineAccess(dataPlane, triggers);
-    const operations = this.operations(tasks, dataPlane);
+    const operations = this.operations(tasks, dataPlane, triggers);
 
     acknowledgeNagFindings({
       taskRole: taskRole.role,
@@ -139,7 +139,7 @@ export class CompactorStack extends Stack {
   }
 
   /** Dashboard, alarms on an SNS topic, the scheduled sweeper (docs/operations.md). */
-  private operations(tasks: TaskFunctions, dataPlane: DataPlane): Operations {
+  private operations(tasks: TaskFunctions, dataPlane: DataPlane, triggers: Triggers): Operations {
     return new Operations(this, 'Operations', {
       settings: this.settings,
       stateMachine: this.workflow.stateMachine,
@@ -147,6 +147,13 @@ export class CompactorStack extends Stack {
       batchStateMachine: this.batch.stateMachine,
       taskFunctionShared: tasks.shared,
       sourceBlocksBucket: dataPlane.sourceBlocks.bucket,
+      triggers: {
+        functions: {
+          TagTrigger: triggers.startFromTag,
+          ...(triggers.imageBuilderTrigger ? { ImageBuilderTrigger: triggers.imageBuilderTrigger.fn } : {}),
+        },
+        deadLetterQueue: triggers.deadLetterQueue,
+      },
     });
   }
 

@@ -11,6 +11,7 @@ import {
   POWERTOOLS_ENVIRONMENT,
   TaskFunctionShared,
 } from './task-functions';
+import { keepFailedInvocations, TargetDelivery } from './trigger-failures';
 
 /** What EC2 Image Builder sends when an image changes state (EventBridge reference, "EC2 Image Builder events"). */
 export const IMAGE_BUILDER_SOURCE = 'aws.imagebuilder';
@@ -25,8 +26,8 @@ export interface ImageBuilderTriggerProps {
   /** The imageBuilderCopySharing setting: the copySharing of the executions started. */
   readonly copySharing: boolean;
   readonly taskFunctionShared: TaskFunctionShared;
-  /** The tag rule's delivery: retries, maximum event age and the dead-letter queue. */
-  readonly delivery: Pick<targets.TargetBaseProps, 'deadLetterQueue' | 'retryAttempts' | 'maxEventAge'>;
+  /** The tag rule's delivery: retries, maximum event age and the dead-letter queue (also the function's on-failure destination). */
+  readonly delivery: TargetDelivery;
 }
 
 /**
@@ -60,6 +61,7 @@ export class ImageBuilderTrigger extends Construct {
         }),
       },
     });
+    keepFailedInvocations(this.fn, props.delivery.deadLetterQueue);
     this.grant(props.stateMachine);
     this.rule = new events.Rule(this, 'Rule', {
       description: 'Compact the AMIs of an EC2 Image Builder image that became AVAILABLE',

@@ -10,6 +10,7 @@ import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as subscriptions from 'aws-cdk-lib/aws-sns-subscriptions';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import contractMetrics from '../contract/metrics.json';
 import contractTasks from '../contract/tasks.json';
@@ -71,6 +72,13 @@ export interface OperationsProps {
   readonly batchStateMachine?: sfn.IStateMachine;
   readonly taskFunctionShared: TaskFunctionShared;
   readonly sourceBlocksBucket: s3.IBucket;
+  /** The trigger functions EventBridge invokes (by alarm name prefix) and the queue their lost events land in. */
+  readonly triggers?: TriggerAlarmsProps;
+}
+
+export interface TriggerAlarmsProps {
+  readonly functions: Record<string, lambda.IFunction>;
+  readonly deadLetterQueue: sqs.IQueue;
 }
 
 /**
@@ -238,6 +246,27 @@ export class Operations extends Construct {
       'SweeperFailing',
       this.sweep.metricErrors({ period: interval, statistic: cloudwatch.Stats.SUM }),
       'The sweeper itself failed: leftovers would go unnoticed',
+    );
+    if (props.triggers) this.createTriggerAlarms(props.triggers);
+  }
+
+  /** A trigger that fails loses no event (its on-failure destination keeps it), but nothing starts until someone looks. */
+  private createTriggerAlarms(triggers: TriggerAlarmsProps): void {
+    const period = Duration.minutes(5);
+    for (const [name, fn] of Object.entries(triggers.functions)) {
+      this.alarm(
+        `${name}Failing`,
+        fn.metricErrors({ period, statistic: cloudwatch.Stats.SUM }),
+        `The ${name} function failed: the event is retried, then kept in the dead-letter queue`,
+      );
+    }
+    this.alarm(
+      'TriggerEventsDeadLettered',
+      triggers.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+        period,
+        statistic: cloudwatch.Stats.MAXIMUM,
+      }),
+      'Trigger events are waiting in the dead-letter queue: nothing was started for them (replay them)',
     );
   }
 

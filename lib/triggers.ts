@@ -13,15 +13,13 @@ import {
   TaskFunctionShared,
 } from './task-functions';
 import { ImageBuilderTrigger } from './image-builder-trigger';
+import { keepFailedInvocations, TargetDelivery } from './trigger-failures';
 import { Settings } from './settings';
 
 export const SOURCE_SNAPSHOT_TAG = 'ebs-snapshot-compactor:source-snapshot';
 
 /** Main executions that end here never ran their own teardown (or not to its end). */
 export const CLEANUP_STATUSES = ['FAILED', 'TIMED_OUT', 'ABORTED'];
-
-/** How both rules deliver to their targets: retried for two hours, then kept in the dead-letter queue. */
-type TargetDelivery = Pick<targets.TargetBaseProps, 'deadLetterQueue' | 'retryAttempts' | 'maxEventAge'>;
 
 export interface TriggersProps {
   readonly stateMachine: sfn.StateMachine;
@@ -67,6 +65,7 @@ export class Triggers extends Construct {
       description: `ebs-snapshot-compactor tag trigger: starts executions of ${Stack.of(this).stackName}`,
     });
     this.startFromTag = this.createStartFromTag(props);
+    keepFailedInvocations(this.startFromTag, this.deadLetterQueue);
     this.grantStartFromTag(props.stateMachine);
     this.tagRule = this.createTagRule(props.triggerTagKey, targetDelivery);
     this.cleanupRule = this.createCleanupRule(props, targetDelivery);

@@ -115,6 +115,7 @@ describe('imageBuilderPipelineArns set', () => {
       [
         'imagebuilder:GetImage',
         'logs:CreateLogStream,logs:PutLogEvents',
+        'sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage',
         'states:DescribeExecution',
         'states:StartExecution',
         'xray:PutTelemetryRecords,xray:PutTraceSegments',
@@ -130,6 +131,23 @@ describe('imageBuilderPipelineArns set', () => {
     expect(JSON.stringify(byAction['states:DescribeExecution'].Resource)).toMatch(
       /:execution:.*WorkflowStateMachine.*Name.*:\*/,
     );
+  });
+
+  test('an event the function fails on is kept: Lambda retries it twice, then sends it to the dead-letter queue', () => {
+    const [fnId] = Object.keys(triggerFunctions(template));
+    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: fnId },
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 21600,
+      DestinationConfig: {
+        OnFailure: { Destination: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] } },
+      },
+    });
+    const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter(
+      (a) => a.Properties.MetricName === 'Errors' && JSON.stringify(a.Properties.Dimensions).includes(fnId),
+    );
+    expect(alarms).toHaveLength(1);
+    expect(alarms[0].Properties).toMatchObject({ Namespace: 'AWS/Lambda', Statistic: 'Sum', Period: 300 });
   });
 
   test('a pipeline ARN that is not one is refused at synth', () => {

@@ -145,7 +145,7 @@ describe('operations', () => {
     });
   });
 
-  test('alarms: failed or timed-out executions of each state machine, leftovers swept, the sweeper failing', () => {
+  test('alarms: failed or timed-out executions of each state machine, leftovers swept, the sweeper or a trigger failing, trigger events dead-lettered', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm'));
     const [topicId] = only(template, 'AWS::SNS::Topic', 'OperationsAlarmTopic');
     for (const alarm of alarms) {
@@ -178,9 +178,31 @@ describe('operations', () => {
         { Name: 'service', Value: 'ebs-snapshot-compactor' },
       ]),
     });
-    const sweeperErrors = alarms.filter((a) => a.Properties.MetricName === 'Errors');
-    expect(sweeperErrors).toHaveLength(1);
-    expect(alarms).toHaveLength(stateMachines(template).length + 2);
+    const [sweepId] = only(template, 'AWS::Lambda::Function', 'OperationsSweep');
+    const errorsOf = (fnIdStart: string) =>
+      alarms.filter(
+        (a) =>
+          a.Properties.MetricName === 'Errors' && a.Properties.Dimensions[0].Value.Ref.startsWith(fnIdStart),
+      );
+    expect(errorsOf(sweepId)).toHaveLength(1);
+    expect(errorsOf('TriggersStartFromTag')).toHaveLength(1);
+    expect(errorsOf('TriggersStartFromTag')[0].Properties).toMatchObject({
+      Namespace: 'AWS/Lambda',
+      Statistic: 'Sum',
+      Period: 300,
+    });
+    const [queueId] = only(template, 'AWS::SQS::Queue', 'TriggersDeadLetters');
+    const deadLettered = alarms.filter(
+      (a) => a.Properties.MetricName === 'ApproximateNumberOfMessagesVisible',
+    );
+    expect(deadLettered).toHaveLength(1);
+    expect(deadLettered[0].Properties).toMatchObject({
+      Namespace: 'AWS/SQS',
+      Statistic: 'Maximum',
+      Period: 300,
+      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queueId, 'QueueName'] } }],
+    });
+    expect(alarms).toHaveLength(stateMachines(template).length + 4);
   });
 
   test('the dashboard graphs the contract metrics with the dimensions the Lambdas emit', () => {

@@ -694,11 +694,15 @@ describe('default stack', () => {
     expect(Object.keys(byAction).sort()).toEqual(
       [
         'logs:CreateLogStream,logs:PutLogEvents',
+        'sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage',
         'states:DescribeExecution',
         'states:StartExecution',
         'xray:PutTelemetryRecords,xray:PutTraceSegments',
       ].sort(),
     );
+    expect(byAction['sqs:GetQueueAttributes,sqs:GetQueueUrl,sqs:SendMessage']).toEqual({
+      'Fn::GetAtt': [expect.stringMatching(/^TriggersDeadLetters/), 'Arn'],
+    });
     expect(byAction['states:StartExecution']).toEqual({
       Ref: expect.stringMatching(/^WorkflowStateMachine/),
     });
@@ -713,6 +717,18 @@ describe('default stack', () => {
     )!;
     expect(fn.Properties.Role).toEqual({
       'Fn::GetAtt': [expect.stringMatching(/^TriggersStartFromTagRole/), 'Arn'],
+    });
+  });
+
+  test('an event start_from_tag fails on is kept: Lambda retries it twice, then sends it to the dead-letter queue', () => {
+    // The rule's dead-letter queue gets only what EventBridge could not deliver; a function error is Lambda's.
+    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: Match.stringLikeRegexp('^TriggersStartFromTag') },
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 21600,
+      DestinationConfig: {
+        OnFailure: { Destination: { 'Fn::GetAtt': [Match.stringLikeRegexp('^TriggersDeadLetters'), 'Arn'] } },
+      },
     });
   });
 
