@@ -1,5 +1,5 @@
-"""The block list of a source disk, as EBS's ListSnapshotBlocks would return it, and the bytes
-held / needed arithmetic the report prints.
+"""The block list of a source disk, as EBS's ListSnapshotBlocks would return it, the bytes
+held / needed arithmetic the report prints, and the lower bound: the held blocks a copy needs.
 
 A snapshot of a volume holds the 512 KiB blocks that were ever written; on the bench's sparse
 image files that is every 512 KiB chunk that holds data (SEEK_DATA/SEEK_HOLE), the same rule
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from devkit.chunks import CHUNK, Extent, merge, total, written_chunks
+from devkit.chunks import CHUNK, Extent, chunk_set, merge, total, written_chunks
 
 GIB = 1 << 30
 
@@ -64,6 +64,16 @@ def intersect(a: Iterable[Extent], b: Iterable[Extent]) -> list[Extent]:
 def held_and_needed(held: Iterable[int], needed: Iterable[Extent]) -> int:
     """Bytes both held by the snapshot (chunk indices) and needed by the copy (byte ranges)."""
     return total(intersect(chunk_extents(held), needed))
+
+
+def held_needed_chunks(held: Iterable[int], needed: Iterable[Extent]) -> set[int]:
+    """The lower bound on what a copy stores: the held blocks that hold a needed byte.
+
+    Exactly these, zeros included (issue #19): a block the new snapshot does not hold reads as
+    random bytes on an encrypted restore, so a needed all-zero block must be stored too; a
+    block the source does not hold reads the same on the source's restores, so it need not.
+    """
+    return set(held) & chunk_set(needed)
 
 
 def read_limit(held_needed_bytes: int) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bench import figure, report
 from bench.allocation import Allocation, allocation
-from bench.blocks import held_and_needed, write_block_list
+from bench.blocks import held_and_needed, held_needed_chunks, write_block_list
 from bench.disk import FILESYSTEMS, MIB, Disk, Layout, build
 from bench.methods import (
     BLOCKS,
@@ -27,6 +27,7 @@ from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_b
 from bench.throttle import throttled_reads
 from bench.verify import check_target
 from devkit.chunks import CHUNK, nonzero_chunks, written_chunks
+from devkit.encrypted_restore import restore_encrypted
 
 
 class Bench:
@@ -52,19 +53,20 @@ class Bench:
         disk = build(name, self.work / f"source-{name}.img", self.size, self.mount_dir, self.res)
         alloc = allocation(disk.image, disk.layout, self.res)
         check_allocation(disk, alloc)
-        lower = nonzero_chunks(disk.image, alloc.extents)
         block_list = self.work / f"blocks-{name}.json"
         held = write_block_list(disk.image, block_list)
         held_needed = held_and_needed(held, alloc.extents)
+        lower = held_needed_chunks(held, alloc.extents)
+        nonzero = nonzero_chunks(disk.image, alloc.extents)
         print(
             f"   needed {alloc.bytes / MIB:,.1f} MiB, held {len(held) * CHUNK / MIB:,.1f} MiB "
             f"({len(held)} blocks), held and needed {held_needed / MIB:,.1f} MiB, "
-            f"lower bound {len(lower)} chunks",
+            f"lower bound {len(lower)} chunks ({len(lower - nonzero)} of them all zeros)",
             flush=True,
         )
         panels: list[figure.Panel] = [
             ("source: written (snapshot stores these)", "source", held),
-            ("lower bound: needed, non-zero", "bound", lower),
+            ("lower bound: held and needed", "bound", lower),
         ]
         source = self.res.attach(disk.image)
         try:
@@ -77,9 +79,12 @@ class Bench:
                     lower_bound_chunks=len(lower),
                     held_bytes=len(held) * CHUNK,
                     held_needed_bytes=held_needed,
+                    nonzero_bound_chunks=len(nonzero & lower),
                 )
                 self.records.append(record)
-                chunks = self.measure(method, record, disk, alloc, source, block_list)
+                chunks = self.measure(method, record, disk, alloc, source, (block_list, held))
+                if chunks is not None:
+                    inspect_copy(record, chunks, held, lower)
                 if chunks is not None:
                     panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
         finally:
@@ -95,10 +100,12 @@ class Bench:
         disk: Disk,
         alloc: Allocation,
         source: str,
-        block_list: Path,
+        blocks: tuple[Path, set[int]],
     ) -> set[int] | None:
-        """Copy `disk` with one method `repeat` times and check the last copy; fill `record`;
-        return the chunks the copy holds (None when the method was skipped or failed)."""
+        """Copy `disk` with one method `repeat` times and check the last copy, as it is and
+        restored encrypted; fill `record`; return the chunks the copy holds (None when the
+        method was skipped or failed). `blocks`: the source's block list file and its chunks."""
+        block_list, held = blocks
         if method.name == BLOCKS and not self.has_source_blocks:
             record.error = "this sparsecopy has no copy --source-blocks option (yet)"
             print(f"   {method.label} SKIPPED: {record.error}", flush=True)
@@ -118,8 +125,14 @@ class Bench:
             record.seconds = round(statistics.median(record.seconds_runs), 2)
             chunks = written_chunks(copy)
             record.target_chunks = len(chunks)
+            record.target_zero_chunks = len(chunks - nonzero_chunks(copy))
             record.problems += check_target(disk, alloc, copy, self.mount_dir, self.res)
             record.verified = not record.problems
+            # last: the restore fills the copy's holes in place
+            restore_encrypted(copy, key=f"{disk.name}/{method.name}")
+            record.encrypted_problems = check_target(
+                disk, alloc, copy, self.mount_dir, self.res, held=held
+            )
             copy.unlink()
         target_image.unlink(missing_ok=True)
         if record.error is None:
@@ -193,6 +206,14 @@ class Bench:
             # discarded would not be counted here although EBS would keep them.
             record.problems.append(f"discarded {discarded} bytes on the target")
         flush_buffers(target)
+
+
+def inspect_copy(record: Record, chunks: set[int], held: set[int], lower: set[int]) -> None:
+    """What the copy's chunks say against the rule "held and needed, nothing else": the needed
+    held chunks it left absent (random bytes on an encrypted restore) and the chunks it stored
+    that the source does not hold."""
+    record.needed_absent_chunks = len(lower - chunks)
+    record.outside_held_chunks = len(chunks - held)
 
 
 def check_allocation(disk: Disk, alloc: Allocation) -> None:

@@ -26,6 +26,7 @@ from bench.methods import (
 MIB = 1024 * 1024
 NEVER_WRITTEN = "empty"  # the disk whose block list is empty
 NEVER_WRITTEN_READ_LIMIT = MIB
+EXACT = "target chunks + needed ones left absent"
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Record:
     method: str
     volume_bytes: int
     needed_bytes: int  # what a copy must carry (bench.allocation), whether held or not
-    lower_bound_chunks: int  # chunks with a non-zero needed byte
+    lower_bound_chunks: int  # held chunks with a needed byte: what an exact copy stores
     held_bytes: int = 0  # the block list's total: 512 KiB x blocks the snapshot holds
     held_needed_bytes: int = 0  # bytes both held and needed
     seconds: float | None = None  # the median of seconds_runs
@@ -50,6 +51,14 @@ class Record:
     # from sparsecopy's summary with --source-blocks (None otherwise)
     held_blocks: int | None = None
     held_blocks_read: int | None = None
+    # the lower bound before issue #19: held and needed chunks with a non-zero needed byte
+    nonzero_bound_chunks: int | None = None
+    target_zero_chunks: int | None = None  # chunks the copy stores that are all zeros
+    # lower-bound chunks the copy does not store: random bytes on an encrypted restore
+    needed_absent_chunks: int | None = None
+    outside_held_chunks: int | None = None  # chunks the copy stores that the source does not
+    # problems on the copy restored encrypted (absent blocks random); None: not checked
+    encrypted_problems: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,62 @@ def _seed_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
     ]
 
 
+def exact_chunks(record: Record) -> int | None:
+    """The chunks the method's copy would store were it exact (issue #19): its chunks plus the
+    held and needed ones it left absent. Comparing these keeps a method that drops needed zero
+    blocks from looking smaller than one that keeps them."""
+    if record.target_chunks is None or record.needed_absent_chunks is None:
+        return None
+    return record.target_chunks + record.needed_absent_chunks
+
+
+def _best_exact(records: list[Record]) -> int | None:
+    values = [exact_chunks(r) for r in records if r.error is None]
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _exact_targets(disk: str, mine: list[Record], method: str) -> list[Target]:
+    """Issue #19: the copy stores every held and needed block (zeros included) and, restored
+    encrypted (absent blocks read as random bytes), passes the same checks; with the block
+    list it stores nothing the source does not hold."""
+    record = _find(mine, method)
+    why = _why(mine, method)
+    targets = [
+        _check(
+            disk,
+            f"{method}: exact on an encrypted launch: held and needed chunks left absent = 0",
+            "chunks",
+            record.needed_absent_chunks if record else None,
+            0,
+            why,
+        ),
+        _check(
+            disk,
+            f"{method}: faithful on an encrypted restore (absent blocks read random)",
+            "problems",
+            len(record.encrypted_problems)
+            if record and record.encrypted_problems is not None
+            else None,
+            0,
+            why,
+            note="; ".join(record.encrypted_problems or []) if record else "",
+        ),
+    ]
+    if method == BLOCKS:
+        targets.append(
+            _check(
+                disk,
+                f"{BLOCKS}: stores no chunk the source does not hold",
+                "chunks",
+                record.outside_held_chunks if record else None,
+                0,
+                why,
+            )
+        )
+    return targets
+
+
 def _unfaithful_note(peers: list[Record], attr: str, unit: str) -> str:
     """The peers left out of "best peer" because their copy failed verification."""
     left_out = [r for r in peers if r.error is None and not r.verified]
@@ -196,10 +261,10 @@ def _peer_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
         ),
         _check(
             disk,
-            f"{ALLOCATED}: target chunks <= best faithful peer's",
+            f"{ALLOCATED}: {EXACT} <= best faithful peer's",
             "chunks",
-            alloc.target_chunks if alloc else None,
-            _best(faithful, faithful_names, "target_chunks"),
+            exact_chunks(alloc) if alloc else None,
+            _best_exact(faithful),
             why,
             note=_unfaithful_note(peers, "target_chunks", "chunks"),
         ),
@@ -215,7 +280,7 @@ def evaluate(records: list[Record]) -> list[Target]:
         base = mine[0]
         alloc, blocks = _find(mine, ALLOCATED), _find(mine, BLOCKS)
         trims = tuple(m for m in TRIM_METHODS if any(r.method == m for r in mine))
-        best_trim = _best(mine, trims, "target_chunks")
+        best_trim = _best_exact([r for r in mine if r.method in trims])
         targets.append(_faithful_target(disk, mine, ALLOCATED))
         targets.append(_faithful_target(disk, mine, BLOCKS))
         if disk in FILESYSTEMS:
@@ -225,13 +290,14 @@ def evaluate(records: list[Record]) -> list[Target]:
             targets.append(
                 _check(
                     disk,
-                    f"{method}: target chunks <= trim method's (best of {', '.join(trims)})",
+                    f"{method}: {EXACT} <= trim method's (best of {', '.join(trims)})",
                     "chunks",
-                    record.target_chunks if record else None,
+                    exact_chunks(record) if record else None,
                     best_trim,
                     _why(mine, method, *trims),
                 )
             )
+            targets += _exact_targets(disk, mine, method)
         targets.append(
             _check(
                 disk,
@@ -266,6 +332,12 @@ def _faithful(r: Record) -> str:
     return "yes" if r.verified else "NO: " + "; ".join(r.problems)
 
 
+def _encrypted(r: Record) -> str:
+    if r.error or r.encrypted_problems is None:
+        return "-"
+    return "NO: " + "; ".join(r.encrypted_problems) if r.encrypted_problems else "yes"
+
+
 def rows(records: list[Record]) -> list[list[str]]:
     header = [
         "disk",
@@ -277,8 +349,12 @@ def rows(records: list[Record]) -> list[list[str]]:
         "held & needed MiB",
         "target written MiB",
         "target chunks",
+        "all-zero chunks",
+        "needed chunks absent",
         "lower bound",
+        "non-zero bound",
         "faithful",
+        "faithful restored encrypted",
         "load",
     ]
     body = [header]
@@ -294,8 +370,12 @@ def rows(records: list[Record]) -> list[list[str]]:
                 _num(r.held_needed_bytes, MIB, 1),
                 _num(r.target_bytes_written, MIB, 1),
                 _num(r.target_chunks),
+                _num(r.target_zero_chunks),
+                _num(r.needed_absent_chunks),
                 _num(r.lower_bound_chunks),
+                _num(r.nonzero_bound_chunks),
                 _faithful(r),
+                _encrypted(r),
                 _num(r.load_before, digits=1),
             ]
         )
@@ -364,7 +444,9 @@ def markdown_report(config: dict[str, Any], records: list[Record], targets: list
         f"{config.get('repeat', 1)} run(s). Load = 1-minute load average when the "
         "method started. Held = the block list's total (512 KiB blocks holding data); needed = "
         "what the copy must carry (bench/allocation.py); source read = sectors read by the "
-        "source disk's loop device.",
+        "source disk's loop device; lower bound = held chunks holding a needed byte (zeros "
+        "included), non-zero bound = those with a non-zero needed byte; needed chunks absent = "
+        "lower-bound chunks the copy does not store (random bytes on an encrypted restore).",
         "",
         markdown_table(rows(records)),
         "",

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench.allocation import Allocation
-from bench.blocks import intersect
+from bench.blocks import chunk_extents, intersect
 from bench.disk import DELETED, Disk, Part
 from bench.system import BenchError, Resources
 from devkit.chunks import Extent, complement, data_extents, merge, split_by_chunk
@@ -85,16 +85,28 @@ def check_filesystem(
 
 
 def check_target(
-    disk: Disk, alloc: Allocation, target_image: Path, mount_dir: Path, res: Resources
+    disk: Disk,
+    alloc: Allocation,
+    target_image: Path,
+    mount_dir: Path,
+    res: Resources,
+    held: set[int] | None = None,
 ) -> list[str]:
     """Problems found on the target (empty = faithful): every needed byte outside the
     filesystems (tables, gaps, swap header, raw and never-written partitions) and ext4's backup
     superblocks and group descriptors equal to the source's; each filesystem fsck-clean with
-    its live files intact and deleted files gone."""
+    its live files intact and deleted files gone.
+
+    `held`: compare bytes only inside these chunks of the source (for an encrypted restore,
+    whose absent blocks read as random bytes: outside what the source holds, its own restore
+    reads random bytes too, so nothing there can be compared)."""
     filesystems = disk.layout.filesystems()
     ranges = outside_filesystems(alloc.extents, filesystems, disk.layout.size)
+    verbatim = alloc.verbatim
+    if held is not None:
+        ranges, verbatim = (intersect(r, chunk_extents(held)) for r in (ranges, verbatim))
     problems = byte_differences(disk.image, target_image, ranges)
-    backups = byte_differences(disk.image, target_image, alloc.verbatim)
+    backups = byte_differences(disk.image, target_image, verbatim)
     if backups:
         problems.append(f"ext4 backup superblocks/group descriptors differ: {backups[0]}, ...")
     for part in filesystems:

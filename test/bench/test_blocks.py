@@ -8,6 +8,7 @@ from bench.blocks import (
     block_list,
     chunk_extents,
     held_and_needed,
+    held_needed_chunks,
     intersect,
     read_limit,
     write_block_list,
@@ -67,3 +68,10 @@ def test_held_and_needed_counts_needed_bytes_inside_held_chunks() -> None:
 def test_read_limit_is_ten_percent_over_plus_one_mib() -> None:
     assert read_limit(0) == MIB
     assert read_limit(100 * MIB) == pytest.approx(111 * MIB)
+
+
+def test_the_lower_bound_is_every_held_chunk_with_a_needed_byte_zeros_or_not() -> None:
+    needed = [(0, 100), (3 * CHUNK - 1, 2), (6 * CHUNK, 2 * CHUNK)]
+    # chunk 2 and 3 share one needed range; 5 is held but not needed; 7 is needed, not held
+    assert held_needed_chunks({0, 2, 3, 5, 6}, needed) == {0, 2, 3, 6}
+    assert held_needed_chunks(set(), needed) == set()

@@ -2,6 +2,7 @@ from pathlib import Path
 
 from bench.methods import ALLOCATED, BLOCKS, SEED_1M, SEED_512
 from bench.report import (
+    EXACT,
     Record,
     evaluate,
     load,
@@ -14,6 +15,15 @@ from bench.report import (
 
 GIB = 1 << 30
 MIB = 1 << 20
+PEER_CHUNKS = f"allocated: {EXACT} <= best faithful peer's"
+EXACT_GOALS = {
+    method: [
+        f"{method}: exact on an encrypted launch: held and needed chunks left absent = 0",
+        f"{method}: faithful on an encrypted restore (absent blocks read random)",
+    ]
+    for method in (ALLOCATED, BLOCKS)
+}
+EXACT_GOALS[BLOCKS].append(f"{BLOCKS}: stores no chunk the source does not hold")
 
 
 def record(
@@ -30,6 +40,7 @@ def record(
     )
     base.seconds, base.source_bytes_read, base.target_chunks = seconds, read, chunks
     base.target_bytes_written, base.verified = chunks * 512 * 1024, True
+    base.needed_absent_chunks, base.outside_held_chunks, base.encrypted_problems = 0, 0, []
     for key, value in extra.items():
         setattr(base, key, value)
     return base
@@ -52,7 +63,7 @@ def goals(records: list[Record]) -> dict[str, bool]:
 
 def test_all_targets_met_when_every_limit_holds() -> None:
     targets = evaluate(good_run())
-    assert len(targets) == 13
+    assert len(targets) == 18
     assert all(t.met for t in targets), target_lines(targets)
     assert all(line.startswith("PASS ") for line in target_lines(targets))
 
@@ -61,9 +72,14 @@ def test_each_limit_can_be_missed() -> None:
     cases: list[tuple[int, str, object, str]] = [
         (4, "seconds", 10.5, "allocated: wall time <= 2/3 of (2)"),
         (4, "source_bytes_read", 441 * MIB, "allocated: source bytes read <= 1.1 x needed bytes"),
-        (4, "target_chunks", 811, "allocated: target chunks <= trim method's"),
+        (4, "target_chunks", 811, "allocated: target chunks + needed ones left absent <= trim"),
+        (4, "needed_absent_chunks", 3, "allocated: exact on an encrypted launch"),
+        (4, "encrypted_problems", ["fsck"], "allocated: faithful on an encrypted restore"),
         (5, "source_bytes_read", 431 * MIB, "allocated-blocks: source bytes read <= 1.1 x held"),
-        (5, "target_chunks", 811, "allocated-blocks: target chunks <= trim method's"),
+        (5, "target_chunks", 811, "allocated-blocks: target chunks + needed ones left absent"),
+        (5, "needed_absent_chunks", 1, "allocated-blocks: exact on an encrypted launch"),
+        (5, "encrypted_problems", ["fsck"], "allocated-blocks: faithful on an encrypted restore"),
+        (5, "outside_held_chunks", 1, "allocated-blocks: stores no chunk the source does not"),
     ]
     for index, attr, value, goal in cases:
         records = good_run()
@@ -83,7 +99,24 @@ def test_the_program_must_beat_every_peer() -> None:
     assert not goals(greedy)["allocated: source bytes read <= best faithful peer's"]
     wide = good_run()
     wide[2].target_chunks = 804  # e2image writes fewer chunks
-    assert not goals(wide)["allocated: target chunks <= best faithful peer's"]
+    assert not goals(wide)[PEER_CHUNKS]
+
+
+def test_a_method_that_drops_needed_zero_blocks_is_charged_for_them() -> None:
+    records = good_run()
+    records[0].needed_absent_chunks = records[1].needed_absent_chunks = 10  # 820, 822 if exact
+    records[2].needed_absent_chunks = records[3].needed_absent_chunks = 40  # 860, 870
+    records[4].target_chunks = 815  # more than the trim method stores, fewer than it needs
+    targets = {t.goal: t for t in evaluate(records)}
+    assert (
+        targets[f"allocated: {EXACT} <= trim method's (best of seed-bs512, seed-bs1M)"].limit == 820
+    )
+    assert targets[PEER_CHUNKS].limit == 860
+    assert all(t.met for t in targets.values()), target_lines(list(targets.values()))
+    records[4].needed_absent_chunks = 6  # its own dropped chunks count against it too
+    assert not goals(records)[
+        f"allocated: {EXACT} <= trim method's (best of seed-bs512, seed-bs1M)"
+    ]
 
 
 def test_a_failed_peer_leaves_its_targets_missed_with_the_reason() -> None:
@@ -102,8 +135,9 @@ def test_without_the_block_list_option_its_targets_are_missed_not_hidden() -> No
     missed = {t.goal: t.note for t in evaluate(records) if not t.met}
     assert set(missed) == {
         "allocated-blocks: copy is faithful (table, raw bytes, fsck, files)",
-        "allocated-blocks: target chunks <= trim method's (best of seed-bs512, seed-bs1M)",
+        f"allocated-blocks: {EXACT} <= trim method's (best of seed-bs512, seed-bs1M)",
         "allocated-blocks: source bytes read <= 1.1 x held-and-needed + 1 MiB",
+        *EXACT_GOALS[BLOCKS],
     }
     assert all("allocated-blocks failed" in note for note in missed.values())
 
@@ -118,10 +152,12 @@ def test_other_disks_compare_with_the_trim_method_and_the_block_list_bound() -> 
     assert set(targets) == {
         "allocated: copy is faithful (table, raw bytes, fsck, files)",
         "allocated-blocks: copy is faithful (table, raw bytes, fsck, files)",
-        "allocated: target chunks <= trim method's (best of seed-bs1M)",
-        "allocated-blocks: target chunks <= trim method's (best of seed-bs1M)",
+        f"allocated: {EXACT} <= trim method's (best of seed-bs1M)",
+        f"allocated-blocks: {EXACT} <= trim method's (best of seed-bs1M)",
         "allocated-blocks: source bytes read <= 1.1 x held-and-needed + 1 MiB",
         "allocated-blocks: a never-written volume reads <= 1 MiB",
+        *EXACT_GOALS[ALLOCATED],
+        *EXACT_GOALS[BLOCKS],
     }
     assert all(t.met for t in targets.values())
     records[2].source_bytes_read = MIB + 512
@@ -163,7 +199,7 @@ def test_results_round_trip_through_json_and_render_as_markdown(tmp_path: Path) 
         in table
     )
     text = markdown_report(loaded_config, loaded, loaded_targets)
-    assert "13 of 13 targets met" in text and text.count("\n- PASS ") == 13
+    assert "18 of 18 targets met" in text and text.count("\n- PASS ") == 18
 
 
 def test_an_unfaithful_peer_does_not_set_the_bar_and_is_named() -> None:
@@ -171,7 +207,7 @@ def test_an_unfaithful_peer_does_not_set_the_bar_and_is_named() -> None:
     records[2].target_chunks, records[2].source_bytes_read = 790, 300 * MIB
     records[2].verified, records[2].problems = False, ["backup superblocks differ"]
     targets = {t.goal: t for t in evaluate(records)}
-    chunks = targets["allocated: target chunks <= best faithful peer's"]
+    chunks = targets[PEER_CHUNKS]
     assert chunks.met and chunks.limit == 830
     assert chunks.note == "not counted, copy not faithful: e2image 790 chunks"
     reads = targets["allocated: source bytes read <= best faithful peer's"]
@@ -179,5 +215,5 @@ def test_an_unfaithful_peer_does_not_set_the_bar_and_is_named() -> None:
     assert "not counted" in target_lines([chunks])[0]
     records[3].verified = False  # no faithful peer left: not measured, so missed
     targets = {t.goal: t for t in evaluate(records)}
-    chunks = targets["allocated: target chunks <= best faithful peer's"]
+    chunks = targets[PEER_CHUNKS]
     assert not chunks.met and "no peer made a faithful copy" in chunks.note

@@ -1,8 +1,11 @@
 from pathlib import Path
 
-from bench.disk import MIB, Part
-from bench.verify import byte_differences, outside_filesystems
+from bench.allocation import Allocation
+from bench.disk import MIB, Disk, Layout, Part
+from bench.system import Resources
+from bench.verify import byte_differences, check_target, outside_filesystems
 from devkit.chunks import CHUNK
+from devkit.encrypted_restore import absent_block
 
 
 def test_outside_filesystems_keeps_tables_gaps_and_other_partitions() -> None:
@@ -43,3 +46,21 @@ def test_byte_differences_lists_at_most_five(tmp_path: Path) -> None:
     target = image(tmp_path / "t.img", {})
     problems = byte_differences(source, target, [(0, 8 * CHUNK)])
     assert len(problems) == 6 and problems[-1] == "(more not listed)"
+
+
+def test_on_an_encrypted_restore_only_held_chunks_are_compared(tmp_path: Path) -> None:
+    # the source holds chunk 1; chunk 2 was never written (its own encrypted restore is random)
+    source = image(tmp_path / "s.img", {CHUNK: b"held"})
+    restored = image(tmp_path / "t.img", {CHUNK: b"held", 2 * CHUNK: absent_block("k", 2)})
+    disk = Disk("raw", source, Layout(None, 8 * CHUNK, (Part(1, "raw", 0, 8 * CHUNK),)))
+    alloc = Allocation([(0, 8 * CHUNK)], 8 * CHUNK, {})
+    res = Resources()  # no filesystem: nothing is attached
+    assert check_target(disk, alloc, restored, tmp_path, res) == [
+        f"bytes {2 * CHUNK}..{3 * CHUNK} differ"
+    ]
+    assert check_target(disk, alloc, restored, tmp_path, res, held={1}) == []
+    # a held chunk the copy dropped reads random on the restore: found
+    dropped = image(tmp_path / "d.img", {CHUNK: absent_block("k", 1)})
+    assert check_target(disk, alloc, dropped, tmp_path, res, held={1}) == [
+        f"bytes {CHUNK}..{2 * CHUNK} differ"
+    ]
