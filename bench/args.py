@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--disks",
         type=parse_disks,
         default=list(EXTRA_DISKS),
-        help="comma list of the other disks, or none (default empty,mixed,lvm,stale-itable)",
+        help=f"comma list of the other disks, or none (default {','.join(EXTRA_DISKS)})",
     )
     parser.add_argument(
         "--jobs",

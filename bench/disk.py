@@ -11,6 +11,9 @@
 - `stale-itable`: the dirty ext4 disk over a partition that held random bytes before mkfs, made
   with lazy inode-table initialisation and mounted with `noinit_itable`, so groups flagged
   INODE_UNINIT (not ITABLE_ZEROED) keep stale non-zero bytes in their inode tables.
+- `zeros-ext4`, `zeros-xfs`, `zeros-ntfs`: the dirty disk with allocated zeros (issue #19): a
+  live file of written zeros (a swap file made with `dd if=/dev/zero`, a preallocated database
+  file) takes 10% of the free space before the five files fill the rest.
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ FILE_NAMES = tuple(f"test{i}" for i in range(1, 6))
 DELETED = ("test1", "test3", "test5")
 # Room left for the metadata the five files need (extent trees, MFT records) so the last one fits.
 FILL_SLACK = 0.01
+# The dirty disk with a live zero-filled file, per filesystem.
+ZERO_DISKS = {f"zeros-{fs}": fs for fs in FILESYSTEMS}
+ZERO_FILE = "zerofile"
+ZERO_SHARE = 0.10  # of the free space, before the five files
 # Disks besides the dirty one per filesystem.
-EXTRA_DISKS = ("empty", "mixed", "lvm", "stale-itable")
+EXTRA_DISKS = ("empty", "mixed", "lvm", "stale-itable", *ZERO_DISKS)
 # sfdisk's GPT type shortcuts: L Linux filesystem, S swap, V LVM.
 GPT_TYPE = {"ext4": "L", "xfs": "L", "swap": "S", "raw": "L", "empty": "L", "lvm": "V"}
 
@@ -77,6 +84,7 @@ class Disk:
     file_size: int = 0  # size of each of the five files (0: no files)
     # partition number -> {live file name: SHA-256}; files named in DELETED must be gone
     live_files: dict[int, dict[str, str]] = field(default_factory=dict)
+    zero_file_size: int = 0  # the live ZERO_FILE's size, in each filesystem that has one
 
 
 def sfdisk_parts(image: Path, kinds: list[str]) -> tuple[str, list[Part]]:
@@ -156,14 +164,33 @@ def write_random(image: Path, start: int, size: int, rng: random.Random) -> None
             left -= len(block)
 
 
+def write_zero_file(path: Path, size: int) -> str:
+    """`size` bytes of written zeros (not a sparse file: every block allocated and written, as
+    `dd if=/dev/zero` does); return its SHA-256."""
+    digest = hashlib.sha256()
+    block = bytes(4 * MIB)
+    with path.open("wb", buffering=0) as f:
+        remaining = size
+        while remaining:
+            piece = block[: min(remaining, len(block))]
+            digest.update(piece)
+            f.write(piece)
+            remaining -= len(piece)
+        os.fsync(f.fileno())
+    return digest.hexdigest()
+
+
+def free_bytes(mount_dir: Path) -> int:
+    stat = os.statvfs(mount_dir)
+    return stat.f_bavail * stat.f_frsize
+
+
 def fill_dirty(mount_dir: Path, fs: str, size: int) -> tuple[int, dict[str, str]]:
     """Five equal files filling the mounted filesystem, then 1, 3 and 5 deleted.
 
     Returns (file size, {live name: SHA-256}).
     """
-    stat = os.statvfs(mount_dir)
-    free = stat.f_bavail * stat.f_frsize
-    file_size = int(free * (1 - FILL_SLACK) / len(FILE_NAMES)) // MIB * MIB
+    file_size = int(free_bytes(mount_dir) * (1 - FILL_SLACK) / len(FILE_NAMES)) // MIB * MIB
     if file_size < MIB:
         raise BenchError(f"{fs} on {size} bytes has no room for five files; use a larger SIZE")
     hashes = {}
@@ -188,14 +215,20 @@ def dirty_filesystem(
     *,
     ext4_options: str = "",
     mount_options: tuple[str, ...] = (),
+    zero_file_size: int = 0,
 ) -> tuple[int, dict[str, str]]:
-    """mkfs on `part`, then fill_dirty; clean unmount."""
+    """mkfs on `part`, a ZERO_FILE of `zero_file_size` bytes if any, then fill_dirty; clean
+    unmount."""
     device = res.attach(image, offset=part.start, size=part.size)
     try:
         make_filesystem(device, part.kind, part.start // SECTOR, ext4_options)
         res.mount(device, mount_dir, part.kind, mount_options)
         try:
-            return fill_dirty(mount_dir, part.kind, layout.size)
+            zeros = {}
+            if zero_file_size:
+                zeros[ZERO_FILE] = write_zero_file(mount_dir / ZERO_FILE, zero_file_size)
+            file_size, hashes = fill_dirty(mount_dir, part.kind, layout.size)
+            return file_size, {**zeros, **hashes}
         finally:
             res.umount(mount_dir)
     finally:
@@ -208,6 +241,20 @@ def build_dirty(image: Path, fs: str, size: int, mount_dir: Path, res: Resources
     layout = make_table(image, TABLE_FOR_FS[fs], [(fs, None)])
     file_size, hashes = dirty_filesystem(image, layout, layout.parts[0], mount_dir, res)
     return Disk(fs, image, layout, file_size, {1: hashes})
+
+
+def build_zeros(name: str, image: Path, size: int, mount_dir: Path, res: Resources) -> Disk:
+    """The dirty disk of ZERO_DISKS[name] with a live ZERO_FILE of ZERO_SHARE of the free space
+    (estimated from the partition: mkfs's own metadata is small next to it)."""
+    fs = ZERO_DISKS[name]
+    blank_image(image, size)
+    layout = make_table(image, TABLE_FOR_FS[fs], [(fs, None)])
+    part = layout.parts[0]
+    zero_size = mib_share(part.size, ZERO_SHARE)
+    file_size, hashes = dirty_filesystem(
+        image, layout, part, mount_dir, res, zero_file_size=zero_size
+    )
+    return Disk(name, image, layout, file_size, {part.number: hashes}, zero_size)
 
 
 def build_empty(image: Path, size: int) -> Disk:
@@ -350,6 +397,8 @@ def build(name: str, image: Path, size: int, mount_dir: Path, res: Resources) ->
     }
     if name in FILESYSTEMS:
         return build_dirty(image, name, size, mount_dir, res)
+    if name in ZERO_DISKS:
+        return build_zeros(name, image, size, mount_dir, res)
     if name in builders:
         return builders[name]()
     raise BenchError(f"unknown disk {name!r}; choose from {', '.join(FILESYSTEMS + EXTRA_DISKS)}")

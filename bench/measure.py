@@ -13,7 +13,7 @@ from typing import Any
 from bench import figure, report
 from bench.allocation import Allocation, allocation
 from bench.blocks import held_and_needed, held_needed_chunks, write_block_list
-from bench.disk import FILESYSTEMS, MIB, Disk, Layout, build
+from bench.disk import FILESYSTEMS, MIB, ZERO_FILE, Disk, Layout, build
 from bench.methods import (
     BLOCKS,
     PROGRAM,
@@ -217,10 +217,12 @@ def inspect_copy(record: Record, chunks: set[int], held: set[int], lower: set[in
 
 
 def check_allocation(disk: Disk, alloc: Allocation) -> None:
-    """Two of five files are live: each filesystem's allocated total must cover them but not a
-    third file; otherwise the allocation reader is wrong."""
+    """Two of five files are live (and the zero file where there is one): each filesystem's
+    allocated total must cover them but not a third file; otherwise the allocation reader is
+    wrong."""
     for number, files in disk.live_files.items():
-        live = len(files) * disk.file_size
+        zero_file = disk.zero_file_size if ZERO_FILE in files else 0
+        live = (len(files) - bool(zero_file)) * disk.file_size + zero_file
         fs_bytes = alloc.fs_bytes.get(number, 0)
         if not live <= fs_bytes <= live + disk.file_size:
             raise BenchError(

@@ -1,6 +1,6 @@
 """`make bench`: build each disk, copy it with every method, measure, compare, draw.
 
-Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--disks empty,mixed,lvm,stale-itable]
+Usage: python -m bench [--size 2G] [--fs ext4,xfs,ntfs] [--disks empty,mixed,lvm,...]
                        [--repeat N] [--jobs N] [--source-mbps N] [--source-iops N] [--out DIR]
 Exit status: 0 all targets met, 2 some target missed, 1 the bench itself failed.
 """

@@ -1,7 +1,7 @@
 # Benchmarks: run on demand (`make bench`, as root), never in `make test`; lint-bench is in `make lint`.
 # `make bench SIZE=1G BENCH_FS=ext4,xfs BENCH_DISKS=empty,lvm BENCH_REPEAT=2 BENCH_JOBS=16
 #  BENCH_SOURCE_MBPS=125 BENCH_SOURCE_IOPS=3000` (defaults: 2G, ext4,xfs,ntfs, all other disks
-# (empty,mixed,lvm,stale-itable; none for none), one run per method, the program's own --jobs,
+# (empty,mixed,lvm,stale-itable,zeros-ext4,zeros-xfs,zeros-ntfs; none for none), one run per method, the program's own --jobs,
 # no cap on the source's reads). SIZE >= 256M is for developing the bench (mkfs.xfs wants 300M).
 # Results: out/bench/ (BENCH_OUT=DIR to change).
 # `make bench-direct` (root: loop devices; BENCH_DIRECT_PATHS=read,direct without root): the same
@@ -14,7 +14,7 @@
 # A variable, because a comma list inside $(or ...) would be split into arguments. (FS is the
 # twin's variable, hence BENCH_FS.)
 BENCH_FILESYSTEMS := ext4,xfs,ntfs
-BENCH_OTHER_DISKS := empty,mixed,lvm,stale-itable
+BENCH_OTHER_DISKS := empty,mixed,lvm,stale-itable,zeros-ext4,zeros-xfs,zeros-ntfs
 BENCH_DIRECT_LATENCIES := 100,20,0
 BENCH_DIRECT_JOBS := 100,32
 BENCH_DIRECT_ALL_PATHS := read,block,direct,job

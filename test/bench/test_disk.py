@@ -1,12 +1,16 @@
+import hashlib
 import random
 import struct
 from pathlib import Path
 
 import pytest
 
+from bench.allocation import Allocation
 from bench.disk import (
     MIB,
     SECTOR,
+    ZERO_FILE,
+    Disk,
     Layout,
     Part,
     build,
@@ -16,8 +20,13 @@ from bench.disk import (
     mib_share,
     scattered_writes,
     uninit_groups_without_zeroed_tables,
+    write_zero_file,
 )
+from bench.measure import check_allocation
 from bench.system import BenchError, Resources
+from devkit.chunks import data_extents
+
+GIB = 1 << 30
 
 
 def lvm_reference_crc(data: bytes) -> int:
@@ -115,3 +124,18 @@ def test_the_lvm_disk_has_a_label_and_scattered_data(tmp_path: Path) -> None:
         assert f.read(8) == b"LABELONE"
     held = disk.image.stat().st_blocks * 512
     assert 0.15 * part.size < held < 0.5 * part.size
+
+
+def test_the_zero_file_is_written_zeros_not_a_hole(tmp_path: Path) -> None:
+    path = tmp_path / "zerofile"
+    digest = write_zero_file(path, 5 * MIB)
+    assert digest == hashlib.sha256(bytes(5 * MIB)).hexdigest()
+    assert data_extents(path) == [(0, 5 * MIB)]  # allocated: a snapshot holds these blocks
+
+
+def test_the_allocation_check_counts_the_live_zero_file() -> None:
+    files = {"test2": "a", "test4": "b", ZERO_FILE: "c"}
+    disk = Disk("zeros-ext4", Path("x"), Layout("gpt", GIB, ()), 100 * MIB, {1: files}, 30 * MIB)
+    check_allocation(disk, Allocation([], 0, {1: 235 * MIB}))  # 230 live + metadata
+    with pytest.raises(BenchError, match="the live files hold 241172480"):
+        check_allocation(disk, Allocation([], 0, {1: 200 * MIB}))
