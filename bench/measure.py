@@ -7,6 +7,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,17 @@ from bench.system import BenchError, IoCounters, Resources, drop_caches, flush_b
 from bench.throttle import throttled_reads
 from bench.verify import check_target
 from devkit.chunks import CHUNK, nonzero_chunks, written_chunks
-from devkit.encrypted_restore import restore_encrypted
+from devkit.restore import restore_image
+
+
+@dataclass(frozen=True)
+class SourceBlocks:
+    """The source's block list: its file (for --source-blocks), its chunks, and the lower bound
+    (the held chunks holding a needed byte)."""
+
+    path: Path
+    held: set[int]
+    lower: set[int]
 
 
 class Bench:
@@ -82,9 +93,8 @@ class Bench:
                     nonzero_bound_chunks=len(nonzero & lower),
                 )
                 self.records.append(record)
-                chunks = self.measure(method, record, disk, alloc, source, (block_list, held))
-                if chunks is not None:
-                    inspect_copy(record, chunks, held, lower)
+                blocks = SourceBlocks(block_list, held, lower)
+                chunks = self.measure(method, record, disk, alloc, source, blocks)
                 if chunks is not None:
                     panels.append((f"target {method.label.split(')')[0]})", "target", chunks))
         finally:
@@ -100,12 +110,11 @@ class Bench:
         disk: Disk,
         alloc: Allocation,
         source: str,
-        blocks: tuple[Path, set[int]],
+        blocks: SourceBlocks,
     ) -> set[int] | None:
         """Copy `disk` with one method `repeat` times and check the last copy, as it is and
         restored encrypted; fill `record`; return the chunks the copy holds (None when the
-        method was skipped or failed). `blocks`: the source's block list file and its chunks."""
-        block_list, held = blocks
+        method was skipped or failed)."""
         if method.name == BLOCKS and not self.has_source_blocks:
             record.error = "this sparsecopy has no copy --source-blocks option (yet)"
             print(f"   {method.label} SKIPPED: {record.error}", flush=True)
@@ -115,7 +124,7 @@ class Bench:
         for _ in range(self.repeat):
             if copy is not None:
                 copy.unlink()  # only the last run's copy is checked
-            copy = self.copy(method, source, disk.layout, target_image, record, block_list)
+            copy = self.copy(method, source, disk.layout, target_image, record, blocks.path)
             if copy is None:
                 break
             assert record.seconds is not None
@@ -126,14 +135,15 @@ class Bench:
             chunks = written_chunks(copy)
             record.target_chunks = len(chunks)
             record.target_zero_chunks = len(chunks - nonzero_chunks(copy))
+            inspect_copy(record, chunks, blocks.held, blocks.lower)
             record.problems += check_target(disk, alloc, copy, self.mount_dir, self.res)
             record.verified = not record.problems
-            # last: the restore fills the copy's holes in place
-            restore_encrypted(copy, key=f"{disk.name}/{method.name}")
-            record.encrypted_problems = check_target(
-                disk, alloc, copy, self.mount_dir, self.res, held=held
-            )
+            restored = restore_image(copy, copy.with_suffix(".encrypted.img"), copy.name)
             copy.unlink()
+            record.encrypted_problems = check_target(
+                disk, alloc, restored, self.mount_dir, self.res, held=blocks.held
+            )
+            restored.unlink()
         target_image.unlink(missing_ok=True)
         if record.error is None:
             print(f"   {method.label}: " + "  ".join(report.rows([record])[1][2:]), flush=True)

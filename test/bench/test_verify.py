@@ -5,7 +5,7 @@ from bench.disk import MIB, Disk, Layout, Part
 from bench.system import Resources
 from bench.verify import byte_differences, check_target, outside_filesystems
 from devkit.chunks import CHUNK
-from devkit.encrypted_restore import absent_block
+from devkit.restore import absent_block
 
 
 def test_outside_filesystems_keeps_tables_gaps_and_other_partitions() -> None:
