@@ -88,14 +88,15 @@ def unusable_inode_tables(text: str, block_size: int) -> list[Extent]:
     for group in re.split(r"^(?=Group \d+:)", text, flags=re.MULTILINE)[1:]:
         flags = re.match(r"Group \d+:[^\n\[]*(?:\[([^\]]*)\])?", group)
         table = re.search(r"^\s+Inode table at (\d+)-(\d+)", group, flags=re.MULTILINE)
-        unused = re.search(r"(\d+) unused inodes", group)
-        if not flags or not table or not unused:
-            raise BenchError(f"dumpe2fs group without inode table or unused count: {group[:60]!r}")
+        counted = re.search(r"\d+ free inodes, \d+ directories(?:, (\d+) unused inodes)?", group)
+        if not flags or not table or not counted:
+            raise BenchError(f"dumpe2fs group without inode table or inode counts: {group[:60]!r}")
         first, last = int(table.group(1)), int(table.group(2))
         if "INODE_UNINIT" in (flags.group(1) or ""):
             used_blocks = 0
         else:
-            used = per_group - int(unused.group(1))
+            # dumpe2fs prints ", N unused inodes" only when N > 0
+            used = per_group - int(counted.group(1) or 0)
             used_blocks = -(-used * inode_size // block_size)
         if first + used_blocks <= last:
             unusable.append((first + used_blocks, last - first - used_blocks + 1))

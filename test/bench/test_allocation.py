@@ -135,9 +135,10 @@ Group 2: (Blocks 201-300) csum 0xda3e [INODE_UNINIT, BLOCK_UNINIT, ITABLE_ZEROED
   Free blocks: 201-300
 Group 3: (Blocks 301-399) csum 0xda3f
   Inode table at 16-17 (bg #0 + 15)
-  99 free blocks, 1 free inodes, 0 directories, 0 unused inodes
+  99 free blocks, 1 free inodes, 0 directories
   Free blocks: 301-399
 """
+# dumpe2fs prints ", N unused inodes" only when N > 0 (group 3 above: none unused)
 
 
 def test_inode_tables_no_inode_can_occupy_are_free_with_group_checksums() -> None:
@@ -155,10 +156,13 @@ def test_without_group_checksums_every_inode_table_block_counts() -> None:
     assert unusable_inode_tables(plain.replace("64bit", "64bit uninit_bg"), 1024) != []
 
 
-def test_a_group_without_its_inode_table_line_is_an_error() -> None:
+def test_a_group_without_its_inode_table_or_inode_counts_is_an_error() -> None:
     broken = CSUM_DUMPE2FS.replace("  Inode table at 16-17 (bg #0 + 15)\n", "")
     with pytest.raises(BenchError, match="Group 3"):
         unusable_inode_tables(broken, 1024)
+    uncounted = CSUM_DUMPE2FS.replace("99 free blocks, 1 free inodes, 0 directories\n", "")
+    with pytest.raises(BenchError, match="Group 3"):
+        unusable_inode_tables(uncounted, 1024)
 
 
 def test_ext4_backups_are_the_backup_superblocks_and_descriptors() -> None:
