@@ -27,7 +27,14 @@ from bench.blocks import held_needed_chunks, write_block_list
 from bench.disk import Layout, Part, blank_image, sfdisk_parts
 from bench.methods import Job, fsync_device, sparsecopy
 from bench.system import BenchError, Resources, run
-from devkit.chunks import CHUNK, Extent, nonzero_chunks, split_by_chunk, written_chunks
+from devkit.chunks import (
+    CHUNK,
+    Extent,
+    copy_image,
+    nonzero_chunks,
+    split_by_chunk,
+    written_chunks,
+)
 
 # devkit/debian/disk.py: 1 BIOS boot, 2 ESP (FAT32: no reader here, needed whole), 3 ext4 root
 KINDS = ["raw", "raw", "ext4"]
@@ -161,7 +168,7 @@ def copy_with(program: Path, label: str, snapshot: Path, work: Path, res: Resour
     """Copy a fresh copy of `snapshot` with `program` and the snapshot's block list, as the
     workflow does; the replayed source stays in work/source.img, the copy in work/target.img."""
     source, target, blocks = work / "source.img", work / "target.img", work / "blocks.json"
-    run(["cp", "--sparse=always", str(snapshot), str(source)])
+    copy_image(snapshot, source)
     write_block_list(snapshot, blocks)
     blank_image(target, snapshot.stat().st_size)
     table, parts = sfdisk_parts(source, KINDS)

@@ -95,6 +95,24 @@ def data_extents(path: Path) -> list[Extent]:
     return extents
 
 
+def copy_image(source: Path, dest: Path) -> None:
+    """Copy a backing file keeping exactly the chunks it holds: its holes stay holes and its
+    written zeros stay written (a snapshot holds them, issue #19). `cp --sparse=always`, and
+    `--sparse=auto` on a source that has holes, turn runs of written zeros into holes."""
+    with source.open("rb") as src, dest.open("wb") as dst:
+        dst.truncate(os.fstat(src.fileno()).st_size)
+        for start, length in data_extents(source):
+            done = 0
+            while done < length:
+                copied = os.copy_file_range(
+                    src.fileno(), dst.fileno(), length - done, start + done, start + done
+                )
+                if copied == 0:
+                    raise OSError(f"{source} ended early at byte {start + done}")
+                done += copied
+        os.fsync(dst.fileno())
+
+
 def written_chunks(path: Path) -> set[int]:
     """Chunks of a backing file that hold any data: what a snapshot of that volume would store."""
     return chunk_set(data_extents(path))

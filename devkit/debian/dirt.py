@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from devkit.chunks import copy_image
 from devkit.commands import run
 from devkit.debian.disk import ROOT_PART, DebianDisk
 from devkit.disks.image import MIB
@@ -54,7 +55,7 @@ def dirty_snapshot(disk: DebianDisk, debs: Path, snapshot: Path) -> None:
             write_random(root / "var/tmp/inflight", 40, durable=False)  # absent, as after a crash
             (root / "root/last-write").write_text("written just before the snapshot\n")
             snapshot.unlink(missing_ok=True)
-            run("cp", "--sparse=always", str(disk.image.path), str(snapshot))
+            copy_image(disk.image.path, snapshot)
         finally:
             os.close(orphan)
 

@@ -8,6 +8,7 @@ import os
 import random
 from pathlib import Path
 
+from devkit.chunks import copy_image
 from devkit.commands import run
 from devkit.disks.image import MIB
 
@@ -92,7 +93,7 @@ def snapshot_while_mounted(
     locations are still dirty in the kernel's cache. Returns the new files' hashes.
     """
     written = _write_late_files(mnt, seed, files, file_size)
-    run("cp", "--sparse=always", str(live), str(dest))
+    copy_image(live, dest)
     return written
 
 

@@ -4,6 +4,7 @@ from devkit.chunks import (
     CHUNK,
     chunk_set,
     complement,
+    copy_image,
     data_extents,
     merge,
     nonzero_chunks,
@@ -57,3 +58,17 @@ def test_nonzero_chunks_ignores_allocated_zeros(tmp_path: Path) -> None:
     assert nonzero_chunks(image, [(0, 4 * CHUNK)]) == {2}
     # the non-zero byte is outside the allocated extent: not live data
     assert nonzero_chunks(image, [(0, 2 * CHUNK + 10)]) == set()
+
+
+def test_copy_image_keeps_holes_and_written_zeros(tmp_path: Path) -> None:
+    image = tmp_path / "disk.img"
+    with image.open("wb") as f:
+        f.truncate(6 * CHUNK)
+        f.seek(CHUNK)
+        f.write(bytes(2 * CHUNK))  # written zeros: held by a snapshot
+        f.seek(4 * CHUNK)
+        f.write(b"data")
+    copy = tmp_path / "copy.img"
+    copy_image(image, copy)
+    assert written_chunks(copy) == written_chunks(image) == {1, 2, 4}
+    assert copy.read_bytes() == image.read_bytes()
