@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit import needs
+
 from . import disks
 from .emulator.faults import parse
 
@@ -93,3 +95,6 @@ class Options:
             raise ValueError(f"OS={self.os} builds the source AMI's root disk: use INPUT=ami")
         if self.fs != "ext4":
             raise ValueError(f"OS={self.os}: the Debian root is ext4, FS={self.fs} does not apply")
+        missing = needs.missing_tools(needs.BOOT_TOOLS)
+        if missing:
+            raise ValueError(f"OS={self.os} {missing}")

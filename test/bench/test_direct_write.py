@@ -81,7 +81,7 @@ def test_put_snapshot_into_the_stand_in_process_holds_exactly_the_non_zero_block
     assert run.standin_cpu_seconds is not None and len(run.seconds_runs) == 1
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a loop device as the source volume)")
+@pytest.mark.needs_root  # a loop device as the source volume
 def test_the_job_in_snapshot_mode_puts_exactly_the_non_zero_blocks(tmp_path: Path) -> None:
     image = tmp_path / "data.img"
     build_image(image, 40 * MIB, 5 * MIB, seed=4)

@@ -7,9 +7,10 @@ from bench.system import BenchError, IoCounters, Resources
 from bench.throttle import BLKIO, throttled_reads
 from devkit.loop import serves
 
-needs_root_and_blkio = pytest.mark.skipif(
-    os.geteuid() != 0 or not (BLKIO / "blkio.throttle.read_bps_device").exists(),
-    reason="needs root and cgroup-v1 blkio throttling",
+# (on devkit/pytest_ci.py's ALLOWED_SKIPS: a machine of this kind may truly lack it)
+needs_blkio = pytest.mark.skipif(
+    not (BLKIO / "blkio.throttle.read_bps_device").exists(),
+    reason="no cgroup-v1 blkio throttling (a kernel with only the unified cgroup hierarchy)",
 )
 
 
@@ -29,7 +30,8 @@ def test_no_limits_means_no_cgroup() -> None:
         assert Path("/proc/self/cgroup").read_text() == home
 
 
-@needs_root_and_blkio
+@pytest.mark.needs_root
+@needs_blkio
 def test_throttle_caps_the_device_inside_and_cleans_up_after(tmp_path: Path) -> None:
     backing = tmp_path / "disk.img"
     backing.write_bytes(bytes(1 << 20))
@@ -50,7 +52,8 @@ def test_throttle_caps_the_device_inside_and_cleans_up_after(tmp_path: Path) -> 
         assert res.close() == []
 
 
-@needs_root_and_blkio
+@pytest.mark.needs_root
+@needs_blkio
 def test_detach_stops_once_the_device_no_longer_serves_our_file(tmp_path: Path) -> None:
     backing = tmp_path / "disk.img"
     backing.write_bytes(bytes(1 << 20))

@@ -10,7 +10,6 @@ Needs root, the mirror once (~70 s), then ~2 min (four boots under TCG). Run by 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,19 +23,13 @@ from devkit.debian.cache import churn_debs, rootfs_tarball
 from devkit.debian.dirt import dirty_snapshot
 from devkit.debian.disk import BIOS_PART, ESP_PART, DebianDisk, build_disk
 from devkit.loop import LoopDevices
+from devkit.needs import BOOT_TOOLS
+from devkit.pytest_ci import needs_tools
 from devkit.qemu_boot import BootResult, boot
 
 REPO = Path(__file__).resolve().parents[2]
 WORK = REPO / "out" / "test-boot"
-TOOLS = ("debootstrap", "qemu-system-x86_64", "grub-install", "grub-mkstandalone", "mcopy", "zstd")
-
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices, mounts, chroot)"),
-    pytest.mark.skipif(
-        any(shutil.which(tool) is None for tool in TOOLS),
-        reason=f"needs {', '.join(TOOLS)} (scripts/apt-packages.txt)",
-    ),
-]
+pytestmark = [pytest.mark.needs_root, needs_tools(*BOOT_TOOLS)]
 
 
 @pytest.fixture(scope="module")

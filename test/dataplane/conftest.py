@@ -21,18 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "ssm-documents" / "sparsecopy"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if os.geteuid() != 0:
-        skip = pytest.mark.skip(reason="needs root (loop devices, mount)")
-        for item in items:
-            if "needs_root" in item.keywords:
-                item.add_marker(skip)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "needs_root: uses loop devices and mounts")
-
-
 @dataclass
 class Run:
     returncode: int

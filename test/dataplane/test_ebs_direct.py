@@ -8,7 +8,6 @@ import datetime
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -27,6 +26,8 @@ from sparsecopy import credentials, ebs_direct, put_snapshot, sigv4
 from sparsecopy.errors import Failure
 
 from devkit.ebs_standin import StandIn, linear_checksum
+from devkit.needs import python39
+from devkit.pytest_ci import needs_python39
 
 BLOCK = 524288
 KEYS = ("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
@@ -299,19 +300,15 @@ def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
     assert "put-snapshot: 100.0% " in run.stderr and ", bytes " in run.stderr
 
 
-PYTHON_39 = [
-    p
-    for p in (shutil.which("python3.9"), "/root/.pyenv/versions/3.9.18/bin/python3.9")
-    if p and Path(p).is_file() and "shims" not in p
-]
+PYTHON_39 = python39()
 
 
-@pytest.mark.skipif(not PYTHON_39, reason="no Python 3.9 interpreter here")
+@needs_python39()
 def test_put_snapshot_runs_on_python_39(tmp_path: Path, ebs: StandIn) -> None:
     """AL2023's python3 is 3.9: the whole put-snapshot path (threads, http.client, SigV4) on it."""
     image = _image(tmp_path / "disk.img", {2: _pattern(2), 5: _pattern(5)}, 8 * BLOCK)
     env = {**os.environ, **ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
-    args = [PYTHON_39[0], str(PROGRAM), "put-snapshot", str(image), "--size-gib", "1", "--verify"]
+    args = [str(PYTHON_39), str(PROGRAM), "put-snapshot", str(image), "--size-gib", "1", "--verify"]
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -508,11 +505,10 @@ def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
     assert got["BlockData"].read() == data and got["Checksum"] == checksum
 
 
+@pytest.mark.needs_root  # the twin's emulator runs as root
 def test_put_snapshot_against_the_twins_emulator(tmp_path: Path) -> None:
     """Two independent implementations agree: the program's client (wire format, SigV4, LINEAR
     checksum) against the twin's emulator (twin/emulator/ebs_direct_write.py), no disks."""
-    if os.geteuid() != 0:
-        pytest.skip("the twin's emulator runs as root")
     from twin.emulator.blockstore import written_chunks
     from twin.emulator.faults import Faults
     from twin.emulator.server import Emulator

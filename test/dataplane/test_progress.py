@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from conftest import attached, blank_like, sparsecopy, working_copy
 
 from devkit import disks
+from devkit.needs import BOOT_TOOLS
+from devkit.pytest_ci import needs_tools
 
 pytestmark = pytest.mark.needs_root
 
@@ -88,11 +89,8 @@ def test_progress_of_devkit_disks_is_true(builder, method: str, tmp_path: Path) 
     assert_true_progress(summary, stderr)
 
 
-@pytest.mark.skipif(
-    not list(DEBIAN_CACHE.glob("bookworm-*.tar.zst"))
-    or any(shutil.which(t) is None for t in ("grub-install", "grub-mkstandalone", "mcopy", "zstd")),
-    reason="needs the cached Debian tree (python -m devkit.debian) and GRUB/mtools/zstd",
-)
+# Builds the Debian cache from the mirror when it is missing (~70 s once; test-boot reuses it).
+@needs_tools(*BOOT_TOOLS)
 def test_progress_of_a_real_debian_disk_is_true(tmp_path: Path) -> None:
     """The disk of the report: BIOS-boot + ESP + ext4 root, dirtied and copied while mounted."""
     from devkit.debian.cache import churn_debs, rootfs_tarball

@@ -15,7 +15,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import threading
@@ -32,6 +31,8 @@ from sparsecopy.snapshot_copy import SnapshotOptions
 
 from devkit import disks
 from devkit.ebs_standin import StandIn, digest_b64
+from devkit.needs import python39
+from devkit.pytest_ci import needs_python39
 
 BLOCK = 524288
 KEYS = ("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
@@ -112,13 +113,6 @@ def _instance(tmp_path: Path, volumes: dict[str, Path]) -> Iterator[Path]:
             device = stack.enter_context(attached(path))
             (by_id / (BY_ID_PREFIX + volume_id.replace("-", ""))).symlink_to(device)
         yield by_id
-
-
-PYTHON_39 = [
-    p
-    for p in (shutil.which("python3.9"), "/root/.pyenv/versions/3.9.18/bin/python3.9")
-    if p and Path(p).is_file() and "shims" not in p
-]
 
 
 def _job(
@@ -283,15 +277,18 @@ def test_btrfs_which_allocated_trims_is_put_raw_every_nonzero_block(
     assert ebs.snapshots[snapshot_id].blocks == _blocks_of(source.path)
 
 
+PYTHON_39 = python39()
+
+
 @pytest.mark.needs_root
 @pytest.mark.usefixtures("no_leaks")
-@pytest.mark.skipif(not PYTHON_39, reason="no Python 3.9 interpreter here")
+@needs_python39()
 def test_the_snapshot_job_runs_on_python_39(tmp_path: Path, ebs: StandIn) -> None:
     """AL2023's python3 is 3.9: plan, stream, complete, wait for the seal and read back on it."""
     source = disks.build_bare_ext4(tmp_path / "a.img", size=64 * disks.MIB, seed=24)
     snapshot_id = _start(ebs, source.size)
     with _instance(tmp_path, {SOURCES[0]: source.path}) as by_id:
-        run = _job(by_id, ebs, [snapshot_id], "--verify", "true", python=PYTHON_39[0])
+        run = _job(by_id, ebs, [snapshot_id], "--verify", "true", python=str(PYTHON_39))
     assert run.returncode == 0, run.stderr
     (volume,) = run.summary["volumes"]
     assert volume["verified"] is True

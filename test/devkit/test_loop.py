@@ -1,11 +1,10 @@
-import os
 from pathlib import Path
 
 import pytest
 
 from devkit.loop import LoopDevices, LoopError, kernel_loops, loop_device, loops_backed_by, serves
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
+needs_root = pytest.mark.needs_root
 
 
 def _backing(tmp_path: Path) -> Path:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.pytest_ci import require_root
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
 
@@ -13,8 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def root_only() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices)")
+    require_root()
 
 
 @pytest.fixture
@@ -28,8 +28,7 @@ def emulator(tmp_path: Path, root_only: None) -> Iterator[Emulator]:
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The synthesized stack the twin deploys: TWIN_CDK_OUT (make test-twin synthesizes it once),
     else a synth of this checkout."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices, mounts)")
+    require_root()
     given = os.environ.get("TWIN_CDK_OUT")
     if given:
         return Path(given)

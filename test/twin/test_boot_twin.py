@@ -16,6 +16,7 @@ import pytest
 from twin_helpers import shell_document
 from twin_helpers import wait_invocation as _wait_invocation
 
+from devkit.pytest_ci import require_root
 from twin import disks
 from twin.emulator import boot
 from twin.emulator.faults import Faults
@@ -41,8 +42,7 @@ DOCUMENT = shell_document(
 @pytest.fixture(scope="module")
 def golden_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The root disk of a golden image built from the AL2023 base (same root UUID)."""
-    if __import__("os").geteuid() != 0:
-        pytest.skip("needs root (loop devices)")
+    require_root()
     path = tmp_path_factory.mktemp("golden") / "root.img"
     disks.build("ext4", path, seed=7, root_uuid=boot.AL2023_ROOT_UUID)
     return path

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.retries.standard import ExponentialBackoff
 from twin_helpers import BASE_WRITES, holey_image
 
+from devkit.pytest_ci import require_root
 from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import THROTTLED_REQUESTS, Faults, parse
@@ -46,10 +47,8 @@ def _image_with_blocks(path: Path, blocks: list[int]) -> Path:
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
-    import os
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices)")
+    require_root()
     with Emulator(tmp_path_factory.mktemp("ebs") / "emu", Faults()) as emulator:
         yield emulator
 

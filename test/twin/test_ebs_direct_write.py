@@ -19,6 +19,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from devkit.pytest_ci import require_root
 from twin.emulator import ebs_direct, ebs_direct_write
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import Faults
@@ -29,8 +30,7 @@ GIB = 1024**3
 
 @pytest.fixture
 def emu(tmp_path: Path) -> Iterator[Emulator]:
-    if os.geteuid() != 0:
-        pytest.skip("the twin's tests run as root")
+    require_root()
     with Emulator(tmp_path / "emu", Faults()) as emulator:
         yield emulator
 
@@ -288,8 +288,7 @@ def test_throttled_puts_are_refused_then_served(emu: Emulator) -> None:
 
 
 def test_throttle_at_state_reaches_the_direct_apis(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the twin's tests run as root")
+    require_root()
     with Emulator(tmp_path / "emu", Faults(throttle_states=("Copy",), throttled_requests=1)) as emu:
         client = _client(emu)
         client.meta.events.register(

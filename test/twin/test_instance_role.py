@@ -27,6 +27,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from devkit.pytest_ci import require_root
 from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import Faults
@@ -41,8 +42,7 @@ GIB = 1024**3
 
 @pytest.fixture
 def emu(tmp_path: Path) -> Iterator[Emulator]:
-    if os.geteuid() != 0:
-        pytest.skip("the twin's tests run as root")
+    require_root()
     with Emulator(tmp_path / "emu", Faults()) as emulator:
         yield emulator
 

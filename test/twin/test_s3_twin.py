@@ -20,6 +20,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from devkit.pytest_ci import require_root
 from twin.cfn import Deployment
 from twin.deploy import deploy
 from twin.emulator.blockstore import EBS_BLOCK
@@ -201,8 +202,7 @@ def _assembly(directory: Path, template: dict[str, Any]) -> Path:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The emulator with the synthetic stack deployed; the IAM recording kept out of its workdir."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop devices)")
+    require_root()
     base = tmp_path_factory.mktemp("s3twin")
     cdk_out = _assembly(base / "cdk.out", _template())
     with Emulator(base / "emu", Faults()) as emu:
