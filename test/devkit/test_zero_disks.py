@@ -1,14 +1,13 @@
 """The disks holding allocated zeros (devkit.disks.zeros) and the encrypted-style restore
 (devkit.restore): what the data-plane tests, the twin and the bench rely on them for."""
 
-import os
 from pathlib import Path
 
 import pytest
 
 from devkit import chunks, disks, restore
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (loop devices)")
+needs_root = pytest.mark.needs_root
 
 
 @needs_root
