@@ -455,9 +455,10 @@ function batchResultStatements(c: StatementContext): iam.PolicyStatement[] {
     }),
     new iam.PolicyStatement({
       sid: 'FindABatchsResultFiles',
+      // No s3:prefix condition: a GetObject carries no prefix, and without an unconditioned ListBucket S3 answers
+      // a missing key (a failed Map's manifest) with 403 AccessDenied instead of 404. The bucket holds only batches.
       actions: ['s3:ListBucket'],
       resources: [c.props.batchResultsBucket.bucketArn],
-      conditions: { StringLike: { 's3:prefix': [`${BATCH_RESULTS_PREFIX}/*`] } },
     }),
     new iam.PolicyStatement({
       sid: 'FindAFailedBatchsMapRun',

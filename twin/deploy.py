@@ -33,8 +33,9 @@ from .cfn import (
     resolved_definition,
     resources_of,
 )
-from .emulator import boot
+from .emulator import boot, s3_twin
 from .emulator.server import Emulator
+from .iam.check import role_policies
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -148,6 +149,7 @@ def deploy(emu: Emulator, cdk_out: Path) -> Deployment:
     _deploy_launch_templates(emu, d, r, template)
     _deploy_logs_and_documents(emu, d, r, template)
     _register_functions(d, r, template, cdk_out)
+    _grant_listing(emu, d, r, template)
     main = _main_logical_id(template)
     for logical, res in resources_of(template, "AWS::StepFunctions::StateMachine").items():
         if main in (None, logical):  # the main workflow's (the only one's, or else the last one's)
@@ -307,6 +309,26 @@ def _register_functions(
             memory=int(props.get("MemorySize", 128)),
             timeout=int(props.get("Timeout", 3)),
         )
+
+
+def _grant_listing(emu: Emulator, d: Deployment, r: Resolver, template: dict[str, Any]) -> None:
+    """Which buckets each function may list on a GetObject: S3 answers a missing key with 403 to
+    the others (twin/emulator/s3_twin.py)."""
+    policies = role_policies(template, r)
+    for logical, res in resources_of(template, "AWS::Lambda::Function").items():
+        role = res["Properties"].get("Role")
+        role_id = role["Fn::GetAtt"][0] if isinstance(role, dict) and "Fn::GetAtt" in role else None
+        documents = [p["policy"] for p in policies.get(str(role_id), []) if "policy" in p]
+        statements = [
+            st for doc in documents for st in _as_list(doc.get("Statement")) if isinstance(st, dict)
+        ]
+        emu.state.s3_listable[d.physical[logical]] = s3_twin.listable_buckets(
+            statements, d.buckets.values()
+        )
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 def _register_rules(d: Deployment, r: Resolver, template: dict[str, Any]) -> None:

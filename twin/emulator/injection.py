@@ -154,6 +154,13 @@ class Middleware:
                     )
             if (service in ("s3", "")) and s3_twin.is_sigv2(environ):
                 return _send(start_response, *s3_twin.sigv2_refusal())
+            if service == "s3":
+                caller = environ.get("HTTP_X_TWIN_CALLER")
+                refusal = s3_twin.missing_key_refusal(
+                    environ, self.account, caller, emu.s3_listable
+                )
+                if refusal is not None:
+                    return _send(start_response, *refusal)
         return self.app(environ, start_response)  # type: ignore[no-any-return]
 
     def _direct_api_snapshot(self, snapshot_id: str) -> bool:

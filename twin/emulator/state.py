@@ -64,6 +64,9 @@ class EmulatorState:
     # server.function_credentials: access key id -> the function (role) it belongs to; the IAM
     # recorder attributes a presigned URL to the function whose key signed it
     access_keys: dict[str, str] = field(default_factory=dict)
+    # s3_twin.py: function name -> the buckets it may s3:ListBucket on a GetObject (twin/deploy.py);
+    # a missing key in any other bucket is 403 AccessDenied for it
+    s3_listable: dict[str, frozenset[str]] = field(default_factory=dict)
     # ebs_direct_write.py: snapshots written with StartSnapshot/PutSnapshotBlock/CompleteSnapshot
     direct: DirectWrites = field(default_factory=DirectWrites)
     # ec2_tags.py: every tag ever put on each snapshot (kept after a tag is removed or the
