@@ -47,16 +47,13 @@ def test_a_failed_batch_without_a_manifest_still_writes_its_report(
     with Emulator(tmp_path / "emu", Faults()) as emu:
         d = deploy(emu, cdk_out)
         logs = tmp_path / "logs"
-        resolved = invoke_function(
-            emu, d, _function(d, RESOLVE),
-            {"input": {"items": [{"snapshotId": "snap-0123456789abcdef0"}]}, "executionName": BATCH},
-            "resolve", logs,
-        )  # fmt: skip
+        items = [{"snapshotId": "snap-0123456789abcdef0"}]
+        resolve_event = {"input": {"items": items}, "executionName": BATCH}
+        resolved = invoke_function(emu, d, _function(d, RESOLVE), resolve_event, "resolve", logs)
         assert resolved.status == "SUCCEEDED", (resolved.error, resolved.cause)
-        batch_arn = f"arn:aws:states:{d.region}:{d.account}:execution:{d.stack_name}-Batch:{BATCH}"
-        map_run_arn = (
-            f"arn:aws:states:{d.region}:{d.account}:mapRun:{d.stack_name}-Batch/Compact:{MAP_RUN_ID}"
-        )
+        states = f"arn:aws:states:{d.region}:{d.account}"
+        batch_arn = f"{states}:execution:{d.stack_name}-Batch:{BATCH}"
+        map_run_arn = f"{states}:mapRun:{d.stack_name}-Batch/Compact:{MAP_RUN_ID}"
         # the Map failed before its ResultWriter wrote anything; ListMapRuns still names its run
         map_runs.record(emu.state, {"mapRunArn": map_run_arn, "executionArn": batch_arn})
         event: dict[str, Any] = {
