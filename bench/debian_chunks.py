@@ -5,10 +5,11 @@ Usage (root): python -m devkit.debian --out out/bench-debian   # the disk and it
               python -m bench.debian_chunks out/bench-debian/snapshot.img LABEL=PROGRAM_DIR ...
 Each program (a copy of ssm-documents/sparsecopy, e.g. one `git archive` per commit) copies a
 fresh copy of the same snapshot (it replays the journal on its source) with the snapshot's block
-list, as the workflow does. Printed per program: the chunks stored, those all zeros, those of
-the lower bound (held and needed, bench/allocation.py on the replayed source) left absent, and
-the all-zero stored chunks by owner: a file (debugfs icheck/ncheck, grouped by directory),
-ext4 metadata (inode tables, bitmaps, descriptors) or a partition without a filesystem reader.
+list, as the workflow does. Printed: the lower bound (held and needed, bench/allocation.py on
+the replayed source) and its all-zero chunks by owner; per program the chunks stored, those all
+zeros (by owner) and the lower-bound chunks left absent. An owner is a file (debugfs
+icheck/ncheck, grouped by directory), ext4 metadata (inode tables, bitmaps, descriptors) or a
+partition without a filesystem reader.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def measure(snapshot: Path, programs: list[tuple[str, Path]], work: Path) -> dic
     res = Resources()
     held = written_chunks(snapshot)
     results: list[Result] = []
-    bounds: dict[str, int] = {}
+    bounds: dict[str, Any] = {}
     try:
         for label, program in programs:
             result = copy_with(program, label, snapshot, work, res)
@@ -198,8 +199,10 @@ def measure(snapshot: Path, programs: list[tuple[str, Path]], work: Path) -> dic
             table, parts = sfdisk_parts(source, KINDS)
             alloc = allocation(source, Layout(table, source.stat().st_size, tuple(parts)), res)
             lower = held_needed_chunks(held, alloc.extents)
+            zero_bound = lower - nonzero_chunks(source, alloc.extents)
             bounds = {"held": len(held), "lower_bound": len(lower)}
-            bounds["nonzero_bound"] = len(lower & nonzero_chunks(source, alloc.extents))
+            bounds["nonzero_bound"] = len(lower) - len(zero_bound)
+            bounds["zero_bound_owners"] = zero_owners(source, parts, zero_bound, alloc.extents, res)
             chunks = written_chunks(target)
             zero = chunks - nonzero_chunks(target)
             result.chunks, result.zero_chunks = len(chunks), len(zero)
@@ -216,7 +219,8 @@ def render(document: dict[str, Any]) -> str:
     lines = [
         f"snapshot {document['snapshot']}: held {document['held']} chunks, lower bound (held "
         f"and needed) {document['lower_bound']}, of them with a non-zero needed byte "
-        f"{document['nonzero_bound']}",
+        f"{document['nonzero_bound']}; the all-zero ones by owner: "
+        + (", ".join(f"{k} {v}" for k, v in document["zero_bound_owners"].items()) or "none"),
         "",
         "| program | chunks stored | all zeros | lower-bound chunks absent | not held |",
         "|---|---|---|---|---|",

@@ -36,6 +36,7 @@ def test_render_lists_each_program_and_its_zero_chunks_by_owner() -> None:
         "held": 10,
         "lower_bound": 8,
         "nonzero_bound": 6,
+        "zero_bound_owners": {"ext4 journal (inode 8)": 2},
         "results": [
             {"label": "before", "chunks": 6, "zero_chunks": 0, "needed_absent": 2,
              "outside_held": 0, "zero_owners": {}},
@@ -44,6 +45,7 @@ def test_render_lists_each_program_and_its_zero_chunks_by_owner() -> None:
         ],
     }  # fmt: skip
     text = render(document)
+    assert "the all-zero ones by owner: ext4 journal (inode 8) 2" in text
     assert "| before | 6 | 0 | 2 | 0 |" in text and "| after | 8 | 2 | 0 | 0 |" in text
     assert "after: all-zero chunks stored, by owner: ext4 inode tables 2" in text
     assert "before: all-zero chunks stored, by owner: none" in text
