@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from bench.disk import EXTRA_DISKS, FILESYSTEMS, MIB
+from bench.methods import METHODS
 
 DESCRIPTION = "`make bench`: build each disk, copy it with every method, measure, compare, draw."
 
@@ -53,6 +54,10 @@ def parse_disks(text: str) -> list[str]:
     return _names(text, EXTRA_DISKS, "disk", " or none")
 
 
+def parse_methods(text: str) -> list[str]:
+    return _names(text, tuple(m.name for m in METHODS), "method")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
     parser.add_argument(
@@ -98,6 +103,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=0,
         help="cap read requests to the source device at N per second (default: no cap)",
+    )
+    parser.add_argument(
+        "--methods",
+        type=parse_methods,
+        default=None,
+        help="comma list of the methods to run where they apply (default: all); the targets "
+        "that need a method left out are missed as not measured",
     )
     parser.add_argument("--out", type=Path, default=Path("out/bench"))
     return parser.parse_args(argv)

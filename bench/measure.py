@@ -46,6 +46,7 @@ class Bench:
         self.size: int = args.size
         self.jobs: int | None = args.jobs
         self.repeat: int = args.repeat
+        self.methods: list[str] | None = args.methods
         self.source_bps: int = args.source_mbps * MIB
         self.source_iops: int = args.source_iops
         self.out: Path = args.out
@@ -81,7 +82,8 @@ class Bench:
         ]
         source = self.res.attach(disk.image)
         try:
-            for method in methods_for(disk.layout, seed_verbatim=name in FILESYSTEMS):
+            chosen = methods_for(disk.layout, seed_verbatim=name in FILESYSTEMS, only=self.methods)
+            for method in chosen:
                 record = Record(
                     name,
                     method.name,

@@ -322,10 +322,13 @@ METHODS = (
 LABELS = {m.name: m.label for m in METHODS}
 
 
-def methods_for(layout: Layout, *, seed_verbatim: bool) -> list[Method]:
+def methods_for(
+    layout: Layout, *, seed_verbatim: bool, only: list[str] | None = None
+) -> list[Method]:
     """The methods run on a disk, in order: the trim method ((1) only when `seed_verbatim`, it
     is slow), the peers of its filesystem when it is a table plus one filesystem, then the
-    program without and with the block list (last: it may replay a journal on the source)."""
+    program without and with the block list (last: it may replay a journal on the source).
+    `only`: run no method not named in it."""
     part = layout.single_filesystem()
     fs = part.kind if part is not None else None
     chosen = []
@@ -333,6 +336,8 @@ def methods_for(layout: Layout, *, seed_verbatim: bool) -> list[Method]:
         if method.name == SEED_512 and not seed_verbatim:
             continue
         if method.filesystem is not None and method.filesystem != fs:
+            continue
+        if only is not None and method.name not in only:
             continue
         chosen.append(method)
     return chosen

@@ -108,6 +108,7 @@ def run_config(args: argparse.Namespace, bench: Bench, started: float) -> dict[s
         "disks": args.disks,
         "jobs": args.jobs,
         "repeat": args.repeat,
+        "methods": args.methods,
         "source_mbps": args.source_mbps or None,
         "source_iops": args.source_iops or None,
         "program": bench.program_version,

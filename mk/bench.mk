@@ -2,7 +2,8 @@
 # `make bench SIZE=1G BENCH_FS=ext4,xfs BENCH_DISKS=empty,lvm BENCH_REPEAT=2 BENCH_JOBS=16
 #  BENCH_SOURCE_MBPS=125 BENCH_SOURCE_IOPS=3000` (defaults: 2G, ext4,xfs,ntfs, all other disks
 # (empty,mixed,lvm,stale-itable,zeros-ext4,zeros-xfs,zeros-ntfs; none for none), one run per method, the program's own --jobs,
-# no cap on the source's reads). SIZE >= 256M is for developing the bench (mkfs.xfs wants 300M).
+# no cap on the source's reads; BENCH_METHODS=seed-bs1M,allocated,allocated-blocks runs only those,
+# the targets needing the others are then missed). SIZE >= 256M is for developing the bench (mkfs.xfs wants 300M).
 # Results: out/bench/ (BENCH_OUT=DIR to change).
 # `make bench-direct` (root: loop devices; BENCH_DIRECT_PATHS=read,direct without root): the same
 # data written as a snapshot into a local stand-in of the EBS direct APIs (in its own process,
@@ -33,7 +34,8 @@ bench: setup test-bench
 	$(PY) -m bench --size $(or $(SIZE),2G) --fs $(or $(BENCH_FS),$(BENCH_FILESYSTEMS)) \
 	  --disks $(or $(BENCH_DISKS),$(BENCH_OTHER_DISKS)) --repeat $(or $(BENCH_REPEAT),1) \
 	  $(if $(BENCH_JOBS),--jobs $(BENCH_JOBS)) $(if $(BENCH_SOURCE_MBPS),--source-mbps $(BENCH_SOURCE_MBPS)) \
-	  $(if $(BENCH_SOURCE_IOPS),--source-iops $(BENCH_SOURCE_IOPS)) --out $(or $(BENCH_OUT),out/bench)
+	  $(if $(BENCH_SOURCE_IOPS),--source-iops $(BENCH_SOURCE_IOPS)) $(if $(BENCH_METHODS),--methods $(BENCH_METHODS)) \
+	  --out $(or $(BENCH_OUT),out/bench)
 
 bench-direct: setup
 	$(PY) -m bench.direct_write --size $(or $(SIZE),5G) --data $(or $(BENCH_DATA),2G) \

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from bench.allocation import Allocation
-from bench.args import parse_args, parse_disks, parse_filesystems, parse_size
+from bench.args import parse_args, parse_disks, parse_filesystems, parse_methods, parse_size
 from bench.disk import Disk, Layout, Part
 from bench.figure import cell_fractions, render
 from bench.measure import check_allocation, held_counts
@@ -80,3 +80,10 @@ def test_repeat_defaults_to_one_and_is_bounded() -> None:
         with pytest.raises(SystemExit):
             parse_args(["--repeat", bad])
     assert parse_args(["--disks", "none"]).disks == []
+
+
+def test_methods_must_be_known_and_default_to_all() -> None:
+    assert parse_methods("seed-bs1M, allocated") == ["seed-bs1M", "allocated"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown method"):
+        parse_methods("dd")
+    assert parse_args([]).methods is None

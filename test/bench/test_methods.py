@@ -114,6 +114,12 @@ def test_each_disk_gets_the_trim_method_its_filesystems_peers_and_the_program_la
         assert not set(names(layout)) & set(PEER_NAMES)
 
 
+def test_only_the_methods_asked_for_run_where_they_apply() -> None:
+    only = [SEED_1M, "xfs_copy", ALLOCATED]
+    chosen = methods_for(GPT_EXT4, seed_verbatim=True, only=only)
+    assert [m.name for m in chosen] == [SEED_1M, ALLOCATED]
+
+
 def read(path: Path, start: int, length: int) -> bytes:
     with path.open("rb") as f:
         f.seek(start)
