@@ -8,6 +8,7 @@ allocated, a block never written is a hole.  Copies therefore follow the allocat
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Iterator
@@ -44,6 +45,20 @@ def sparse_copy(source: Path, target: Path) -> None:
                 dst.write(piece)
         dst.flush()
         os.fsync(dst.fileno())
+
+
+def holds_block(path: Path, index: int) -> bool:
+    """Whether a snapshot's file holds the 512 KiB block at this index (any data in it)."""
+    start = index * EBS_BLOCK
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.lseek(fd, start, os.SEEK_DATA) < start + EBS_BLOCK
+    except OSError as err:
+        if err.errno == errno.ENXIO:  # no data at or after start
+            return False
+        raise
+    finally:
+        os.close(fd)
 
 
 def fingerprint(path: Path) -> str:

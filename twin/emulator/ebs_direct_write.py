@@ -51,7 +51,8 @@ four actions; the EBS user guide pages "Write snapshots", "Use EBS direct APIs c
   when next seen (any direct call on it, DescribeSnapshots).
 - GetSnapshotBlock (GET /snapshots/{id}/blocks/{index}?blockToken=): completed snapshots only
   (any of the twin's, as ListSnapshotBlocks); the BlockToken must be the one ListSnapshotBlocks
-  hands out for that snapshot and index (else ValidationException INVALID_BLOCK_TOKEN); answers
+  hands out for that snapshot and index (else ValidationException INVALID_BLOCK_TOKEN; a block
+  the snapshot does not hold has no token: INVALID_BLOCK_TOKEN whatever the token); answers
   the 524288 bytes with x-amz-Data-Length, x-amz-Checksum (base64 SHA-256),
   x-amz-Checksum-Algorithm SHA256.
 - Throttling: injection.py's `throttle@STATE` answers RequestThrottledException for requests
@@ -83,7 +84,7 @@ from devkit.disks.layout import create_sparse
 
 from . import consistency, ebs_direct
 from . import state as st
-from .blockstore import EBS_BLOCK, sparse_copy, written_chunks
+from .blockstore import EBS_BLOCK, holds_block, sparse_copy, written_chunks
 from .direct_snapshots import DirectSnapshot
 from .ebs_direct import EbsError
 from .ebs_direct import validation as _validation
@@ -585,6 +586,18 @@ def _get(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
                 "snapshots can be read.",
             )
         index = _block_index(m.group("index"), int(snapshot.volume.size) * 2048)
+    if not holds_block(path, index):
+        # A block the snapshot does not hold has no token: ListSnapshotBlocks lists "only block
+        # indexes and tokens that have data written to them" (EBS direct APIs FAQ) and
+        # GetSnapshotBlock takes "the BlockToken ... by running ListChangedBlocks or
+        # ListSnapshotBlocks" (botocore ebs 2019-11-02 model); ValidationExceptionReason
+        # INVALID_BLOCK_TOKEN is the model's reason for a token that names no block (tw, #19).
+        raise _validation(
+            "INVALID_BLOCK_TOKEN",
+            f"The snapshot '{snapshot_id}' holds no block at index {index}: a block "
+            "ListSnapshotBlocks does not list cannot be read (it reads as zeros or, on an "
+            "encrypted volume, as random bytes).",
+        )
     if token != ebs_direct.block_token(snapshot_id, index):
         raise _validation("INVALID_BLOCK_TOKEN", "The block token is invalid.")
     with open(path, "rb") as f:

@@ -11,7 +11,7 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
-from . import ebs_direct_write, patching
+from . import ebs_direct_write, encryption, patching
 from . import state as st
 from .blockstore import EBS_BLOCK, sparse_copy, written_chunks
 
@@ -31,8 +31,17 @@ def _create_snapshot(self: EBSBackend, volume_id: str, description: str, *a: Any
     # moto's own AMIs make placeholder snapshots (from_ami): those stay plain moto objects.
     if emu is not None and volume_id in emu.volume_files and not kw.get("from_ami"):
         path = emu.workdir / "snapshots" / f"{snapshot.id}.img"
-        # The snapshot is the volume's blocks at this moment (point in time).
-        sparse_copy(emu.volume_files[volume_id], path)
+        # The snapshot is the volume's written blocks at this moment (point in time); a volume
+        # filled with its key's bytes (encryption.py) says which blocks were written.
+        volume_file = emu.volume_files[volume_id]
+        blocks = encryption.snapshot_blocks(volume_file, emu.volume_origins.get(volume_id))
+        if blocks is None:
+            sparse_copy(volume_file, path)
+        else:
+            encryption.copy_blocks(volume_file, blocks, path)
+        volume = self.get_volume(volume_id)
+        if volume.encrypted:
+            snapshot.kms_key_id = volume.kms_key_id  # moto keeps only the flag
         with emu.lock:
             emu.snapshot_files[snapshot.id] = path
             emu.snapshot_polls[snapshot.id] = 0

