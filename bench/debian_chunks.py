@@ -101,7 +101,8 @@ def ext4_zero_owners(
     device: str, root: Part, chunks: set[int], needed: list[Extent]
 ) -> Counter[str]:
     """The owners of the needed blocks of the all-zero `chunks` inside the ext4 `root` (up to
-    SAMPLES blocks per chunk, evenly spaced), counted once per chunk and owner."""
+    SAMPLES blocks per chunk, evenly spaced), counted once per chunk and owner; a chunk without
+    a needed block is counted under "not needed: " and the owners of its blocks."""
     text = run(["dumpe2fs", device])
     size = re.search(r"^Block size:\s+(\d+)", text, flags=re.MULTILINE)
     if size is None:
@@ -119,6 +120,11 @@ def ext4_zero_owners(
             first = (start - root.start) // block_size
             last = (start + length - 1 - root.start) // block_size
             per_chunk.setdefault(chunk, []).extend(range(first, last + 1))
+    # a stored chunk with no needed byte (by bench/allocation.py): every block of it, so that
+    # its owner is named too ("not needed: ...")
+    for chunk in chunks - per_chunk.keys():
+        first = (chunk * CHUNK - root.start) // block_size
+        per_chunk[-1 - chunk] = list(range(first, first + CHUNK // block_size))
     for chunk, blocks in per_chunk.items():
         step = max(1, len(blocks) // SAMPLES)
         per_chunk[chunk] = blocks[::step]
@@ -126,7 +132,7 @@ def ext4_zero_owners(
     owners = block_owners(device, every)
     paths = inode_paths(device, set(owners.values()))
     counts: Counter[str] = Counter()
-    for blocks in per_chunk.values():
+    for chunk, blocks in per_chunk.items():
         names = set()
         for block in blocks:
             inode = owners.get(block)
@@ -137,7 +143,7 @@ def ext4_zero_owners(
                 continue
             meta = next((name for first, last, name in metadata if first <= block <= last), None)
             names.add(meta or "ext4 other metadata")
-        counts.update(names)
+        counts.update(f"not needed: {n}" if chunk < 0 else n for n in names)
     return counts
 
 
