@@ -26,7 +26,7 @@ from bench.methods import (
 MIB = 1024 * 1024
 NEVER_WRITTEN = "empty"  # the disk whose block list is empty
 NEVER_WRITTEN_READ_LIMIT = MIB
-EXACT = "target chunks + needed ones left absent"
+EXACT = "held target chunks + needed ones left absent"
 
 
 @dataclass
@@ -162,12 +162,16 @@ def _seed_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
 
 
 def exact_chunks(record: Record) -> int | None:
-    """The chunks the method's copy would store were it exact (issue #19): its chunks plus the
-    held and needed ones it left absent. Comparing these keeps a method that drops needed zero
-    blocks from looking smaller than one that keeps them."""
-    if record.target_chunks is None or record.needed_absent_chunks is None:
+    """The held chunks the method's copy would store were it exact (issue #19): its chunks the
+    source holds plus the held and needed ones it left absent. Comparing these keeps a method
+    that drops needed zero blocks from looking smaller than one that keeps them. The chunks it
+    stores that the source does not hold (zeros: without the block list the program cannot tell
+    them from held ones, and the peers write zero blocks) are shown apart ("not held")."""
+    counts = (record.target_chunks, record.outside_held_chunks, record.needed_absent_chunks)
+    if any(count is None for count in counts):
         return None
-    return record.target_chunks + record.needed_absent_chunks
+    stored, outside, absent = (count or 0 for count in counts)
+    return stored - outside + absent
 
 
 def _best_exact(records: list[Record]) -> int | None:
@@ -351,6 +355,7 @@ def rows(records: list[Record]) -> list[list[str]]:
         "target chunks",
         "all-zero chunks",
         "needed chunks absent",
+        "not held",
         "lower bound",
         "non-zero bound",
         "faithful",
@@ -372,6 +377,7 @@ def rows(records: list[Record]) -> list[list[str]]:
                 _num(r.target_chunks),
                 _num(r.target_zero_chunks),
                 _num(r.needed_absent_chunks),
+                _num(r.outside_held_chunks),
                 _num(r.lower_bound_chunks),
                 _num(r.nonzero_bound_chunks),
                 _faithful(r),
