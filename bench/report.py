@@ -136,9 +136,9 @@ def _seed_targets(disk: str, mine: list[Record], alloc: Record | None) -> list[T
         ),
         _check(
             disk,
-            f"{ALLOCATED}: target chunks <= 1.02 x lower bound",
+            f"{ALLOCATED}: {EXACT} <= 1.02 x lower bound",
             "chunks",
-            alloc.target_chunks if alloc else None,
+            exact_chunks(alloc) if alloc else None,
             1.02 * base.lower_bound_chunks,
             alone,
         ),

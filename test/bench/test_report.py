@@ -116,6 +116,9 @@ def test_a_method_that_drops_needed_zero_blocks_is_charged_for_them() -> None:
     records[0].outside_held_chunks = 9  # zeros written where the source holds nothing
     limit = {t.goal: t.limit for t in evaluate(records)}
     assert limit[f"allocated: {EXACT} <= trim method's (best of seed-bs512, seed-bs1M)"] == 811
+    records[4].target_chunks, records[4].outside_held_chunks = 830, 25  # no block list: 805 held
+    assert goals(records)[f"allocated: {EXACT} <= 1.02 x lower bound"]
+    records[4].target_chunks, records[4].outside_held_chunks = 815, 0
     records[4].needed_absent_chunks = 6  # its own dropped chunks count against it too
     assert not goals(records)[
         f"allocated: {EXACT} <= trim method's (best of seed-bs512, seed-bs1M)"
