@@ -104,6 +104,7 @@ class StandIn:
         self.fail_puts = 0
         self.drop_puts = 0
         self.corrupt_blocks: set[int] = set()
+        self.expired_tokens: set[str] = set()  # session tokens answered 403 ExpiredTokenException
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -295,6 +296,8 @@ class StandIn:
     ) -> tuple[int, dict[str, str], bytes]:
         parts = urlsplit(target)
         path = parts.path.strip("/").split("/")
+        if headers.get("X-Amz-Security-Token") in self.expired_tokens:
+            raise ApiFault(403, "ExpiredTokenException", "The security token has expired.")
         self.check_signature(method, target, headers, body)
         if method == "POST" and path == ["snapshots"]:
             return self.start(body)

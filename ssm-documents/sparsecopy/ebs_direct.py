@@ -1,10 +1,21 @@
 """EBS direct APIs client (StartSnapshot, PutSnapshotBlock, CompleteSnapshot, ListSnapshotBlocks,
 GetSnapshotBlock) over http.client, signed by sigv4.py: the standard library only.
 
-Wire format from botocore's model (ebs 2019-11-02, rest-json). Retries with exponential backoff
-and full jitter on throttling (RequestThrottledException, ThrottlingException,
-ConcurrentLimitExceededException), 5xx and connection errors; a ValidationException that names
-the checksum is retried at most CHECKSUM_RETRIES times (the block is read and hashed again).
+Wire format from botocore's model (ebs 2019-11-02, rest-json). What EBS does, as AWS's own
+uploader (awslabs/coldsnap) learned it, and what this client does about it (Client.call):
+- throttling (RequestThrottledException, ThrottlingException, ConcurrentLimitExceededException),
+  5xx and connection errors: retried with exponential backoff and full jitter for up to
+  RetryPolicy.budget seconds (time, not a count of attempts), and every throttling answer halves
+  the requests in flight (Pacer: additive increase, multiplicative decrease);
+- ResourceNotFoundException right after StartSnapshot (coldsnap #43 / PR #56: "wait and retry,
+  2 minutes"): retried for NOT_FOUND_SECONDS for a snapshot this run started (Client.started)
+  until a request to it has succeeded; after that, not found means gone;
+- a put refused with a ValidationException that may be transient (INVALID_PARAMETER_VALUE, "Failed
+  to read block data", nanovms/ops #1268, or one without a reason, as a checksum mismatch may be):
+  the block is read and hashed again and put again, at most PUT_INVALID_RETRIES times, whatever
+  the message says;
+- an expired session token (403 ExpiredToken...): the credentials are fetched again and the
+  request signed again, once.
 
 Aggregated checksum (CompleteSnapshot, LINEAR): SHA-256 over the concatenated RAW 32-byte
 SHA-256 digests of the written blocks in ascending block index, base64-encoded. The API text
@@ -27,15 +38,17 @@ from .source_blocks import BLOCK_SIZE
 
 BLOCK = BLOCK_SIZE  # the EBS snapshot block, 512 KiB
 SERVICE = "ebs"
-RETRYABLE_CODES = frozenset(
-    (
-        "RequestThrottledException",
-        "ThrottlingException",
-        "ConcurrentLimitExceededException",
-        "InternalServerException",
-    )
+THROTTLING_CODES = frozenset(
+    ("RequestThrottledException", "ThrottlingException", "ConcurrentLimitExceededException")
 )
-CHECKSUM_RETRIES = 2
+RETRYABLE_CODES = THROTTLING_CODES | {"InternalServerException"}
+# A put refused for one of these reasons (or none) may succeed when sent again; every other
+# ValidationExceptionReason (INVALID_BLOCK, INVALID_SNAPSHOT_ID, ...) is final.
+TRANSIENT_PUT_REASONS = frozenset(("", "INVALID_PARAMETER_VALUE", "WRITE_REQUEST_TIMEOUT"))
+PUT_INVALID_RETRIES = 4
+NOT_FOUND_SECONDS = 120.0  # coldsnap PR #56: EBS advised retrying "not found" for 2 minutes
+EXPIRED_TOKEN_CODES = frozenset(("ExpiredToken", "ExpiredTokenException", "RequestExpired"))
+MAX_IN_FLIGHT = 128
 T = TypeVar("T")
 
 
@@ -53,15 +66,70 @@ class ApiError(Exception):
         return self.code in RETRYABLE_CODES or self.status >= 500 or self.status == 0
 
     @property
-    def checksum(self) -> bool:
-        return self.code == "ValidationException" and "checksum" in self.message.lower()
+    def throttling(self) -> bool:
+        return self.code in THROTTLING_CODES
+
+    @property
+    def ambiguous(self) -> bool:
+        """The request may have taken effect although it failed (5xx, or no answer)."""
+        return self.status == 0 or self.status >= 500
+
+    @property
+    def not_found(self) -> bool:
+        return self.code == "ResourceNotFoundException"
+
+    @property
+    def expired_token(self) -> bool:
+        return self.code in EXPIRED_TOKEN_CODES
+
+    @property
+    def transient_put(self) -> bool:
+        return self.code == "ValidationException" and self.reason in TRANSIENT_PUT_REASONS
 
 
 class RetryPolicy(NamedTuple):
-    attempts: int = 10
+    attempts: int = 1_000_000  # a count bound for tests; ``budget`` is the one that counts
     base: float = 0.1  # seconds; attempt n sleeps uniform(0, min(cap, base * 2**n))
     cap: float = 20.0
     sleep: Callable[[float], None] = time.sleep
+    budget: float = 300.0  # seconds one call may spend retrying throttling and 5xx
+    # put_snapshot.Uploader queues a block whose call failed so again, and gives up only when no
+    # put at all has succeeded for this long (throttling at the account's quota)
+    stall: float = 900.0
+    clock: Callable[[], float] = time.monotonic
+
+
+class Pacer:
+    """How many requests may be in flight (AIMD): a throttling answer halves it, once per round
+    (answers to requests sent before the last cut are one signal: a burst is one cut), each
+    success adds 1/limit (about one more per round of successes), up to ``ceiling``."""
+
+    def __init__(self, ceiling: int = MAX_IN_FLIGHT) -> None:
+        self.ceiling = ceiling
+        self.limit = float(ceiling)
+        self.lowest = self.limit
+        self.in_flight = 0
+        self.cuts = 0  # also the round a request is sent in
+        self.changed = threading.Condition()
+
+    def acquire(self) -> int:
+        """Wait for a slot; the round the request is sent in (for ``release``)."""
+        with self.changed:
+            while self.in_flight >= max(1, int(self.limit)):
+                self.changed.wait()
+            self.in_flight += 1
+            return self.cuts
+
+    def release(self, throttled: bool, sent: int) -> None:
+        with self.changed:
+            self.in_flight -= 1
+            if throttled and sent == self.cuts:
+                self.limit = max(1.0, min(self.limit, self.in_flight + 1) / 2)
+                self.lowest = min(self.lowest, self.limit)
+                self.cuts += 1
+            elif not throttled:
+                self.limit = min(float(self.ceiling), self.limit + 1 / self.limit)
+            self.changed.notify_all()
 
 
 class Answer(NamedTuple):
@@ -115,6 +183,14 @@ class Client:
         self.local = threading.local()
         self.lock = threading.Lock()
         self.retries = 0
+        self.pacer = Pacer()
+        # snapshot id -> until when "not found" is retried: started by this run, never found yet
+        self.young: dict[str, float] = {}
+
+    def started(self, snapshot_id: str) -> None:
+        """``snapshot_id`` was started by this run: EBS may not find it for a while."""
+        with self.lock:
+            self.young.setdefault(snapshot_id, self.policy.clock() + NOT_FOUND_SECONDS)
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = getattr(self.local, "conn", None)
@@ -172,22 +248,48 @@ class Client:
             raise _error(answer.status, got, data)
         return Answer(answer.status, got, data)
 
-    def call(self, attempt: Callable[[], T]) -> T:
-        """``attempt()`` with retries of retryable errors (and at most a couple of checksum
-        mismatches); the last error propagates."""
-        mismatches = 0
-        for n in range(self.policy.attempts):
+    def call(self, attempt: Callable[[], T], snapshot_id: str = "", put: bool = False) -> T:
+        """``attempt()`` with the retries the module's docstring lists (``snapshot_id``: the
+        snapshot the request is about; ``put``: a PutSnapshotBlock that reads its data again);
+        the last error propagates."""
+        started, n, invalid, refreshed = self.policy.clock(), 0, 0, False
+        while True:
+            sent = self.pacer.acquire()
             try:
-                return attempt()
+                result = attempt()
             except ApiError as exc:
-                mismatches += exc.checksum
-                again = exc.retryable or (exc.checksum and mismatches <= CHECKSUM_RETRIES)
-                if not again or n + 1 >= self.policy.attempts:
+                self.pacer.release(exc.throttling, sent)
+                if exc.expired_token and not refreshed:
+                    self.credentials.refresh()
+                    refreshed = True
+                    continue
+                if put and exc.transient_put:
+                    invalid += 1
+                if not self._again(exc, snapshot_id, started, n, put and invalid):
                     raise
+            else:
+                self.pacer.release(False, sent)
+                if snapshot_id in self.young:
+                    with self.lock:
+                        self.young.pop(snapshot_id, None)  # found: "not found" is final now
+                return result
             with self.lock:
                 self.retries += 1
-            self.policy.sleep(random.uniform(0, min(self.policy.cap, self.policy.base * 2**n)))
-        raise AssertionError("unreachable")
+            backoff = self.policy.base * 2 ** min(n, 30)
+            self.policy.sleep(random.uniform(0, min(self.policy.cap, backoff)))
+            n += 1
+
+    def _again(self, exc: ApiError, snapshot_id: str, started: float, n: int, invalid: int) -> bool:
+        """Whether to send the request again (``invalid``: transient put refusals so far, 0 for
+        any request but a put)."""
+        now = self.policy.clock()
+        if n + 1 >= self.policy.attempts:
+            return False
+        if exc.retryable:
+            return now - started < self.policy.budget
+        if exc.not_found:
+            return now < self.young.get(snapshot_id, 0.0)
+        return 0 < invalid <= PUT_INVALID_RETRIES
 
     # ------------------------------------------------------------------ the operations
 
@@ -200,7 +302,9 @@ class Client:
                 "POST", "/snapshots", headers={"Content-Type": "application/json"}, body=body
             )
         )
-        return dict(json.loads(answer.body.decode()))
+        started = dict(json.loads(answer.body.decode()))
+        self.started(str(started.get("SnapshotId", "")))
+        return started
 
     def put_block(self, snapshot_id: str, index: int, read: Callable[[], bytes]) -> bytes:
         """PutSnapshotBlock of the bytes ``read()`` returns (read again on each attempt);
@@ -219,18 +323,39 @@ class Client:
             path = f"/snapshots/{snapshot_id}/blocks/{index}"
             return self.request("PUT", path, headers=headers, body=data, unsigned_body=True)
 
-        self.call(attempt)
+        self.call(attempt, snapshot_id, put=True)
         return digest[0]
 
     def complete_snapshot(self, snapshot_id: str, changed: int, checksum: str) -> str:
-        headers = {
-            "x-amz-ChangedBlocksCount": str(changed),
-            "x-amz-Checksum": checksum,
-            "x-amz-Checksum-Algorithm": "SHA256",
-            "x-amz-Checksum-Aggregation-Method": "LINEAR",
-        }
+        """CompleteSnapshot; its status (``pending``: EBS seals it now). With no block put there
+        is nothing to checksum: none is sent. A retry after an answer that was lost (5xx, no
+        answer) may find the snapshot completed by the lost one: EBS then refuses it as not
+        pending (ValidationException INVALID_SNAPSHOT_ID), which means it was accepted."""
+        headers = {"x-amz-ChangedBlocksCount": str(changed)}
+        if changed:
+            headers.update(
+                {
+                    "x-amz-Checksum": checksum,
+                    "x-amz-Checksum-Algorithm": "SHA256",
+                    "x-amz-Checksum-Aggregation-Method": "LINEAR",
+                }
+            )
         path = f"/snapshots/completion/{snapshot_id}"
-        answer = self.call(lambda: self.request("POST", path, headers=headers))
+        lost = [False]
+
+        def attempt() -> Answer:
+            try:
+                return self.request("POST", path, headers=headers)
+            except ApiError as exc:
+                lost[0] = lost[0] or exc.ambiguous
+                if lost[0] and (exc.code, exc.reason) == (
+                    "ValidationException",
+                    "INVALID_SNAPSHOT_ID",
+                ):
+                    return Answer(202, {}, b'{"Status": "pending"}')
+                raise
+
+        answer = self.call(attempt, snapshot_id)
         return str(json.loads(answer.body.decode() or "{}").get("Status", ""))
 
     def list_blocks(self, snapshot_id: str) -> "dict[int, str]":
@@ -240,7 +365,10 @@ class Client:
         path = f"/snapshots/{snapshot_id}/blocks"
         while True:
             query = [("maxResults", "10000")] + ([("pageToken", page)] if page else [])
-            answer = self.call(lambda q=query: self.request("GET", path, query=q))  # type: ignore[misc]
+            answer = self.call(
+                lambda q=query: self.request("GET", path, query=q),  # type: ignore[misc]
+                snapshot_id,
+            )
             doc = json.loads(answer.body.decode())
             for block in doc.get("Blocks", []):
                 tokens[int(block["BlockIndex"])] = str(block["BlockToken"])
@@ -258,4 +386,4 @@ class Client:
                 raise ApiError(0, "", f"block {index}: the data does not match its checksum")
             return answer.body
 
-        return self.call(attempt)
+        return self.call(attempt, snapshot_id)

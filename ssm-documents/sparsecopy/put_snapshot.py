@@ -13,7 +13,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Callable, NamedTuple, Optional
 
 from . import credentials
@@ -26,8 +27,12 @@ from .progress import Progress, log
 GIB = 1 << 30
 ZEROS = bytes(BLOCK)
 MAX_JOBS = 128  # AWS: up to ~100 connections per client reach ~500 MB/s
-VERIFY_WAIT_SECONDS = 1800.0  # --verify waits this long for EBS to seal the snapshot
 VERIFY_POLL_SECONDS = 2.0
+# The run's budget (the Command document passes its TimeoutSeconds): --verify waits for EBS to
+# seal the snapshot as long as the budget lasts; without one, as long as a Command may run.
+BUDGET_VARIABLE = "SPARSECOPY_BUDGET_SECONDS"
+BUDGET_DEFAULT_SECONDS = 172800.0
+STARTED = time.monotonic()
 
 
 class PutOptions(NamedTuple):
@@ -108,47 +113,109 @@ class Block(NamedTuple):
     parts: "tuple[tuple[int, int], ...]" = ()
 
 
+def run_deadline(env: "Optional[dict[str, str]]" = None) -> float:
+    """time.monotonic() at which the run's budget ends."""
+    raw = (os.environ if env is None else env).get(BUDGET_VARIABLE, "")
+    try:
+        budget = float(raw) if raw else BUDGET_DEFAULT_SECONDS
+    except ValueError:
+        raise Failure(f"{BUDGET_VARIABLE}={raw!r} is not a number of seconds") from None
+    return STARTED + budget
+
+
 class Uploader:
-    """Puts blocks into one open snapshot with ``jobs`` puts in flight: ``read(block)`` gives a
-    block's 512 KiB (read again for a retried put); an all-zero block is never put."""
+    """Puts blocks into one open snapshot with up to ``jobs`` puts in flight (fewer while EBS
+    throttles: Client.pacer): ``read(block)`` gives a block's 512 KiB (read again for a retried
+    put); an all-zero block is never put. A block whose put fails with a retryable error after
+    the client's own retries is queued again; the upload fails on any other error, or when no
+    put has succeeded for the client's RetryPolicy.stall seconds."""
 
     def __init__(
-        self, client: Client, snapshot_id: str, read: Callable[[Block], bytes], jobs: int
+        self,
+        client: Client,
+        snapshot_id: str,
+        read: Callable[[Block], bytes],
+        jobs: int,
     ) -> None:
         self.client, self.snapshot_id = client, snapshot_id
         self.read, self.jobs = read, jobs
         self.digests: dict[int, bytes] = {}
         self.errors: list[tuple[int, Exception]] = []
         self.stop = threading.Event()
+        self.changed = threading.Condition()
+        self.again: deque[Block] = deque()
+        self.in_flight = 0
+        self.requeued = 0
+        self.last_success = client.policy.clock()
+        client.started(snapshot_id)  # this run's snapshot: EBS may not find it at first
 
     def _one(self, block: Block, progress: Progress) -> None:
-        if self.stop.is_set():
-            return
+        done = True
         try:
-            first = [self.read(block)]
-            if first[0] != ZEROS:
-
-                def read() -> bytes:  # the first attempt's bytes, then read again
-                    return first.pop() if first else self.read(block)
-
-                digest = self.client.put_block(self.snapshot_id, block.number, read)
-                self.digests[block.number] = digest
+            if not self.stop.is_set():
+                done = self._put(block)
         except Exception as exc:
             self.errors.append((block.number, exc))
             self.stop.set()
         finally:
-            progress.add(block.weight)
+            if done:
+                progress.add(block.weight)
+            with self.changed:
+                self.in_flight -= 1
+                self.changed.notify_all()
+
+    def _put(self, block: Block) -> bool:
+        """Put one block; False when it was queued again."""
+        first = [self.read(block)]
+        if first[0] == ZEROS:
+            return True
+
+        def read() -> bytes:  # the first attempt's bytes, then read again
+            return first.pop() if first else self.read(block)
+
+        try:
+            digest = self.client.put_block(self.snapshot_id, block.number, read)
+        except ApiError as exc:
+            policy = self.client.policy
+            stalled = policy.clock() - self.last_success >= policy.stall
+            if not exc.retryable or stalled:
+                raise
+            with self.changed:
+                self.again.append(block)
+                self.requeued += 1
+            return False
+        self.digests[block.number] = digest
+        self.last_success = self.client.policy.clock()
+        return True
+
+    def _next(self, blocks: "Iterator[Block]", wait: float) -> Optional[Block]:
+        """The next block to put: a queued-again one first; None when all is done (or stopped)."""
+        with self.changed:
+            while not self.stop.is_set():
+                if self.again:
+                    return self.again.popleft()
+                block = next(blocks, None)
+                if block is not None:
+                    return block
+                if not self.in_flight:
+                    return None
+                self.changed.wait(wait)  # puts in flight may come back
+        return None
 
     def run(self, blocks: "Iterable[Block]", progress: Progress) -> "dict[int, bytes]":
         slots = threading.BoundedSemaphore(self.jobs * 2)  # bounded queue: memory stays small
         wait = max(progress.interval, 0.2)
+        source = iter(blocks)
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            for block in blocks:
+            while True:
                 while not slots.acquire(timeout=wait):
                     progress.maybe_report()
-                if self.stop.is_set():
+                block = self._next(source, wait)
+                if block is None:
                     slots.release()
                     break
+                with self.changed:
+                    self.in_flight += 1
                 future = pool.submit(self._one, block, progress)
                 future.add_done_callback(lambda _: slots.release())
                 progress.maybe_report()
@@ -161,17 +228,19 @@ class Uploader:
 
 
 def sealed_blocks(
-    client: Client, snapshot_id: str, wait: float = VERIFY_WAIT_SECONDS
+    client: Client, snapshot_id: str, deadline: Optional[float] = None
 ) -> "dict[int, str]":
     """ListSnapshotBlocks once EBS has sealed the snapshot: CompleteSnapshot answers `pending`
     and starts an asynchronous seal; until it ends the read APIs refuse the snapshot with a
-    ValidationException, so that answer is polled for at most ``wait`` seconds."""
-    deadline = time.monotonic() + wait
+    ValidationException or do not find it (ResourceNotFoundException, coldsnap #141), so those
+    answers are polled for until ``deadline`` (time.monotonic(); the run's budget by default)."""
+    deadline = run_deadline() if deadline is None else deadline
     while True:
         try:
             return client.list_blocks(snapshot_id)
         except ApiError as exc:
-            if exc.code != "ValidationException" or time.monotonic() >= deadline:
+            sealing = exc.code == "ValidationException" or exc.not_found
+            if not sealing or time.monotonic() >= deadline:
                 raise
         client.policy.sleep(VERIFY_POLL_SECONDS)
 

@@ -241,7 +241,7 @@ describe('the compact-volumes script', () => {
     expect(script).not.toMatch(/\bfor\b|\btar\b|source-blocks\.tar/);
   });
 
-  test('passes every parameter but TimeoutSeconds to `sparsecopy job`, each in single quotes', () => {
+  test('passes every parameter to `sparsecopy job`, each in single quotes, TimeoutSeconds as its budget', () => {
     const flags: Record<string, string> = {
       SourceVolumeIds: '--source-volume-ids',
       TargetVolumeIds: '--target-volume-ids',
@@ -263,6 +263,8 @@ describe('the compact-volumes script', () => {
       expect(script).toContain(`${flag} '{{ ${name} }}'`);
     }
     expect(content.mainSteps[0].inputs.timeoutSeconds).toBe('{{ TimeoutSeconds }}');
+    // the program bounds its waits (the seal of a verified snapshot) by what is left of it
+    expect(script).toContain(`SPARSECOPY_BUDGET_SECONDS='{{ TimeoutSeconds }}' python3 "$work/sparsecopy.pyz" job `);
   });
 
   /** Runs the script with the parameters substituted; the devices are looked up in an empty by-id directory. */

@@ -45,8 +45,8 @@ def ebs() -> Iterator[StandIn]:
         yield stand_in
 
 
-def _client(stand_in: StandIn, attempts: int = 10) -> ebs_direct.Client:
-    policy = ebs_direct.RetryPolicy(attempts=attempts, sleep=lambda _: None)
+def _client(stand_in: StandIn, attempts: int = 10, stall: float = 900.0) -> ebs_direct.Client:
+    policy = ebs_direct.RetryPolicy(attempts=attempts, sleep=lambda _: None, stall=stall)
     return ebs_direct.Client(
         stand_in.url, "us-east-1", credentials.CredentialSource(env=ENV), policy=policy
     )
@@ -181,6 +181,8 @@ class _Imds:
     def __init__(self) -> None:
         self.expires = "2026-11-23T03:00:00Z"
         self.served = 0
+        self.failures: list[int] = []  # statuses the next token requests are answered with
+        self.token_requests = 0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -194,6 +196,9 @@ class _Imds:
                 self.wfile.write(text.encode())
 
             def do_PUT(self) -> None:
+                owner.token_requests += 1
+                if owner.failures:
+                    return self._send(owner.failures.pop(0), "")
                 ok = (
                     self.path == "/latest/api/token"
                     and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
@@ -238,6 +243,100 @@ def test_role_credentials_come_from_imdsv2_and_refresh_before_expiry() -> None:
     assert credentials.region(env) == "eu-west-3"
     assert credentials.endpoint("eu-west-3", env) == "https://ebs.eu-west-3.amazonaws.com"
     imds.server.shutdown()
+
+
+def test_credentials_near_expiry_are_used_and_fetched_at_most_every_interval() -> None:
+    """EC2 may hand out credentials with under 5 minutes left (inside the refresh margin): they
+    are used while valid, fetched again at most every REFRESH_INTERVAL, and a failed fetch keeps
+    them."""
+    imds = _Imds()
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+    expiry = datetime.datetime(2026, 11, 23, 3, 0, tzinfo=datetime.UTC).timestamp()
+    now = [expiry - 240]
+    source = credentials.CredentialSource(env=env, clock=lambda: now[0])
+    first = source.get()
+    for _ in range(50):
+        assert source.get() == first
+    assert source.fetches == 1 == imds.served
+    now[0] += credentials.REFRESH_INTERVAL
+    assert source.get().access_key == "ASIA2" and source.fetches == 2
+    now[0] += credentials.REFRESH_INTERVAL
+    imds.failures = [500] * 6  # IMDS is down: keep the valid ones
+    with mock.patch.object(credentials.time, "sleep"):
+        assert source.get().access_key == "ASIA2" and source.fetches == 2
+        assert imds.token_requests == 2 * 2 + 6
+        now[0] = expiry  # expired, and IMDS still down: a clear failure
+        imds.failures = [503] * 6
+        with pytest.raises(Failure, match="instance metadata"):
+            source.get()
+    imds.server.shutdown()
+
+
+def test_imds_retries_429_and_5xx_but_not_404() -> None:
+    imds = _Imds()
+    env = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+    imds.failures = [429, 503, 500, 429]
+    with mock.patch.object(credentials.time, "sleep") as slept:
+        assert credentials.region(env) == "eu-west-3"
+    assert imds.token_requests == 5 and slept.call_count == 4
+    imds.failures, imds.token_requests = [404], 0
+    with mock.patch.object(credentials.time, "sleep"), pytest.raises(Failure, match="404"):
+        credentials.region(env)
+    assert imds.token_requests == 1
+    imds.server.shutdown()
+
+
+def test_imds_is_never_reached_through_a_proxy() -> None:
+    """A fresh program (urllib reads the proxy variables when it builds its opener) with
+    http_proxy pointing nowhere still reaches IMDS."""
+    imds = _Imds()
+    env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
+    env.update(
+        http_proxy="http://127.0.0.1:9",  # nothing listens there
+        HTTP_PROXY="http://127.0.0.1:9",
+        AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url,
+        PYTHONPATH=str(PROGRAM.parent),
+    )
+    code = (
+        "import sys; from sparsecopy import credentials; "
+        "sys.stdout.write(credentials.CredentialSource().get().access_key)"
+    )
+    run = subprocess.run(
+        ["python3", "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (run.returncode, run.stdout) == (0, "ASIA1"), run.stderr[-500:]
+    imds.server.shutdown()
+
+
+class _Rotating(credentials.CredentialSource):
+    """Role credentials whose session token EBS finds expired until they are fetched again."""
+
+    def __init__(self) -> None:
+        super().__init__(env={})
+        self.token, self.refreshed = "old", 0
+
+    def get(self) -> sigv4.Credentials:
+        return sigv4.Credentials(KEYS[0], KEYS[1], self.token)
+
+    def refresh(self) -> None:
+        self.refreshed += 1
+        self.token = "new"
+
+
+def test_an_expired_token_is_refreshed_and_the_request_sent_again(
+    tmp_path: Path, ebs: StandIn
+) -> None:
+    image = _image(tmp_path / "disk.img", {0: _pattern(0), 5: _pattern(5)}, 8 * BLOCK)
+    ebs.expired_tokens = {"old"}
+    source = _Rotating()
+    policy = ebs_direct.RetryPolicy(sleep=lambda _: None)
+    client = ebs_direct.Client(ebs.url, "us-east-1", source, policy=policy)
+    summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=1), client)
+    assert summary["blocks"] == 2 and source.refreshed == 1
+    ebs.expired_tokens = {"new"}  # still expired after a refresh: one retry, then the error
+    with pytest.raises(Failure, match="StartSnapshot: ExpiredTokenException"):
+        put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), client)
+    assert source.refreshed == 2
 
 
 def test_environment_credentials_region_and_endpoint_override_imds() -> None:
@@ -331,7 +430,7 @@ def test_checksum_mismatch_never_completes_and_names_the_open_snapshot(
     assert "CompleteSnapshot" not in ebs.stats.requests
     assert f"snapshot {snap.snapshot_id} NOT completed" in run.error_line
     assert "block 2" in run.error_line and "checksum" in run.error_line
-    assert ebs.stats.requests["PutSnapshotBlock"] <= 3 + ebs_direct.CHECKSUM_RETRIES
+    assert ebs.stats.requests["PutSnapshotBlock"] == 3 + ebs_direct.PUT_INVALID_RETRIES
 
 
 def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
@@ -355,7 +454,7 @@ def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: Sta
         Failure, match=r"snapshot snap-\w+ NOT completed.*RequestThrottledException"
     ):
         put_snapshot.put_snapshot(
-            put_snapshot.PutOptions(str(image), 1, jobs=2), _client(ebs, attempts=4)
+            put_snapshot.PutOptions(str(image), 1, jobs=2), _client(ebs, attempts=4, stall=0)
         )
     (snap,) = ebs.snapshots.values()
     assert snap.advance().open and not snap.blocks
@@ -376,6 +475,39 @@ def test_a_wrong_aggregated_checksum_is_refused_and_the_snapshot_stays_open(
         put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), _client(ebs))
     (snap,) = ebs.snapshots.values()
     assert snap.advance().open  # refused: never sealed
+
+
+def test_the_pacer_halves_on_throttling_and_grows_back_one_per_round() -> None:
+    pacer = ebs_direct.Pacer(ceiling=64)
+    rounds = [pacer.acquire() for _ in range(40)]
+    for sent in rounds[:10]:  # one burst of throttling answers: one cut, from what was in flight
+        pacer.release(True, sent)
+    assert pacer.limit == 20 and pacer.cuts == 1
+    for sent in rounds[10:25]:
+        pacer.release(False, sent)
+    assert 20.5 < pacer.limit < 21 and pacer.in_flight == 15  # +1/limit per success
+    later = pacer.acquire()  # sent after the cut: its throttling is a new signal
+    pacer.release(True, later)
+    assert pacer.limit == 8 and pacer.cuts == 2 and pacer.lowest == 8
+    for sent in rounds[25:]:
+        pacer.release(False, sent)
+    assert pacer.in_flight == 0
+    while pacer.limit < 64:
+        pacer.release(False, pacer.acquire())
+    assert pacer.limit == 64  # never above the ceiling
+
+
+def test_concurrency_limits_shrink_the_puts_in_flight(tmp_path: Path) -> None:
+    """EBS refuses more than 4 requests at once (ConcurrentLimitExceededException): the client
+    backs off to what is served instead of sending 16 at once for the whole run."""
+    blocks = {i: _pattern(i) for i in range(96)}
+    image = _image(tmp_path / "disk.img", blocks, 96 * BLOCK)
+    with StandIn(latency=0.02, max_concurrency=4) as ebs:
+        client = _client(ebs)
+        summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=16), client)
+        assert ebs.snapshots[str(summary["snapshotId"])].blocks == blocks
+        assert client.pacer.lowest <= 4 and client.pacer.cuts >= 1
+        assert ebs.stats.rejected < 96 // 2, ebs.stats.rejected
 
 
 @pytest.mark.parametrize("jobs", [1, 4])

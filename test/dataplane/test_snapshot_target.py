@@ -62,7 +62,8 @@ def _start(stand_in: StandIn, size: int) -> str:
 
 
 def _client(stand_in: StandIn) -> ebs_direct.Client:
-    policy = ebs_direct.RetryPolicy(sleep=lambda _: None)
+    # no sleeping: retries bounded by a count, and a block whose retries all failed fails the copy
+    policy = ebs_direct.RetryPolicy(attempts=10, sleep=lambda _: None, stall=0.0)
     source = credentials.CredentialSource(env=ENV)
     return ebs_direct.Client(stand_in.url, "us-east-1", source, policy=policy)
 

@@ -9,6 +9,7 @@ bookkeeping: per-block checksums for CompleteSnapshot's aggregate, the timeout, 
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ class DirectSnapshot:
     sealed: bool = False
     # the StartSnapshot answer, replayed for a retry with the same ClientToken
     start_answer: dict[str, Any] = field(default_factory=dict)
+    # requests answered ResourceNotFoundException since StartSnapshot
+    # (Faults.ebs_not_found_requests)
+    not_found_answers: int = 0
 
     def blocks(self) -> int:
         return self.volume_size_gib * 2048  # 512 KiB blocks per GiB
@@ -54,3 +58,15 @@ class DirectWrites:
     # every snapshot StartSnapshot made (kept after DeleteSnapshot), and the puts written
     started: list[str] = field(default_factory=list)
     puts_accepted: int = 0
+    # AWS's behaviours served (Faults.ebs_*): not found right after StartSnapshot, not found
+    # while sealing, transient ValidationExceptions, lost CompleteSnapshot answers, repeated
+    # completions refused, puts beyond the per-second quota
+    not_found_served: int = 0
+    seal_not_found_served: int = 0
+    transient_served: int = 0
+    completions_lost: int = 0
+    completions_refused: int = 0
+    puts_over_quota: int = 0
+    # when the puts of the last second were admitted: the account's, and each snapshot's
+    account_puts: deque[float] = field(default_factory=deque)
+    snapshot_puts: dict[str, deque[float]] = field(default_factory=dict)

@@ -73,6 +73,7 @@ import json
 import re
 import time
 import uuid
+from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -213,7 +214,7 @@ def settle(emu: st.EmulatorState, backend: Any, now: float | None = None) -> lis
             if snapshot is None or snapshot.status != "pending":
                 continue
             if direct.sealed:
-                if now - direct.last_activity >= COMPLETE_SECONDS:
+                if now - direct.last_activity >= seal_seconds(emu):
                     _finish(emu, snapshot)
                 continue
             if now - direct.last_activity > direct.timeout_minutes * 60:
@@ -224,6 +225,40 @@ def settle(emu: st.EmulatorState, backend: Any, now: float | None = None) -> lis
                 )
                 expired.append(sid)
     return expired
+
+
+def seal_seconds(emu: st.EmulatorState) -> float:
+    """How long EBS takes at least to seal a completed direct snapshot."""
+    return max(COMPLETE_SECONDS, emu.faults.ebs_seal_seconds)
+
+
+def still_sealing(emu: st.EmulatorState, snapshot_id: str, now: float | None = None) -> bool:
+    """A completed direct snapshot whose seal cannot have ended yet (Faults.ebs_seal_seconds):
+    DescribeSnapshots polls do not complete it before (ec2_snapshots.py)."""
+    direct = emu.direct.snapshots.get(snapshot_id)
+    if direct is None or not direct.sealed or not emu.faults.ebs_seal_seconds:
+        return False
+    now = ebs_direct.clock() if now is None else now
+    return now - direct.last_activity < seal_seconds(emu)
+
+
+def hidden_while_sealing(emu: st.EmulatorState, backend: Any, snapshot_id: str) -> bool:
+    """Faults.ebs_seal_not_found: a direct snapshot EBS is still sealing is not found by
+    ListSnapshotBlocks / GetSnapshotBlock (coldsnap #141); counted when it is."""
+    settle(emu, backend)
+    with emu.lock:
+        direct = emu.direct.snapshots.get(snapshot_id)
+        snapshot = backend.snapshots.get(snapshot_id)
+        hidden = (
+            emu.faults.ebs_seal_not_found
+            and direct is not None
+            and direct.sealed
+            and snapshot is not None
+            and snapshot.status == "pending"
+        )
+        if hidden:
+            emu.direct.seal_not_found_served += 1
+        return bool(hidden)
 
 
 def _finish(emu: st.EmulatorState, snapshot: Any) -> None:
@@ -254,6 +289,15 @@ def _open_direct(emu: st.EmulatorState, backend: Any, snapshot_id: str) -> Direc
             "started with StartSnapshot can be written.",
         )
     return direct
+
+
+def _visible(emu: st.EmulatorState, direct: DirectSnapshot) -> None:
+    """Faults.ebs_not_found_requests: right after StartSnapshot, EBS does not find the snapshot
+    yet (coldsnap #43: up to ~2 minutes); called with emu.lock held."""
+    if direct.not_found_answers < emu.faults.ebs_not_found_requests:
+        direct.not_found_answers += 1
+        emu.direct.not_found_served += 1
+        raise _not_found(direct.snapshot_id)
 
 
 # --- StartSnapshot -----------------------------------------------------------------------------
@@ -415,6 +459,7 @@ def _put_guarded(
                 "RESOURCE_LEVEL_THROTTLE",
                 "The request rate for this snapshot exceeds the limit.",
             )
+        _quota(emu, environ)
         limit = faults.ebs_max_puts_in_flight
         if limit and emu.direct.puts_in_flight >= limit:
             emu.direct.concurrent_limit_served += 1
@@ -432,6 +477,36 @@ def _put_guarded(
     finally:
         with emu.lock:
             emu.direct.puts_in_flight -= 1
+
+
+def _quota(emu: st.EmulatorState, environ: dict[str, Any]) -> None:
+    """PutSnapshotBlock's quota: at most Faults.ebs_snapshot_puts_per_second puts admitted in any
+    second for one snapshot, Faults.ebs_account_puts_per_second for the account (every run
+    against this emulator); beyond it RequestThrottledException. Called with emu.lock held."""
+    m = _BLOCK.match(environ["PATH_INFO"])
+    assert m is not None
+    now = time.monotonic()
+    direct = emu.direct
+    mine = direct.snapshot_puts.setdefault(unquote(m.group("snapshot")), deque())
+    for window in (direct.account_puts, mine):
+        while window and window[0] <= now - 1.0:
+            window.popleft()
+    faults = emu.faults
+    for window, limit, reason, scope in (
+        (direct.account_puts, faults.ebs_account_puts_per_second, "ACCOUNT_THROTTLED", "account"),
+        (mine, faults.ebs_snapshot_puts_per_second, "RESOURCE_LEVEL_THROTTLE", "snapshot"),
+    ):
+        if limit and len(window) >= limit:
+            direct.puts_over_quota += 1
+            raise EbsError(
+                "400 Bad Request",
+                "RequestThrottledException",
+                reason,
+                f"The PutSnapshotBlock rate exceeds the limit of {limit} per second for this "
+                f"{scope}.",
+            )
+    direct.account_puts.append(now)
+    mine.append(now)
 
 
 def _put_checks(environ: dict[str, Any], data: bytes) -> bytes:
@@ -470,7 +545,12 @@ def _put(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
     data = _body(environ)
     backend = ec2_backends[account][region]
     with emu.lock:
-        index = _block_index(m.group("index"), _open_direct(emu, backend, snapshot_id).blocks())
+        opened = _open_direct(emu, backend, snapshot_id)
+        _visible(emu, opened)
+        index = _block_index(m.group("index"), opened.blocks())
+        if emu.direct.transient_served < emu.faults.ebs_transient_put_failures:
+            emu.direct.transient_served += 1  # nanovms/ops#1268: the same put succeeds later
+            raise _validation("INVALID_PARAMETER_VALUE", "Failed to read block data")
         path = emu.snapshot_files[snapshot_id]
         if data and emu.direct.puts_corrupted < emu.faults.ebs_corrupt_puts:
             emu.direct.puts_corrupted += 1  # corrupted in transit: the checksum cannot match
@@ -518,7 +598,7 @@ def _block_index(raw: str, blocks: int) -> int:
 # --- CompleteSnapshot --------------------------------------------------------------------------
 
 
-def _complete_checks(environ: dict[str, Any], direct: DirectSnapshot) -> None:
+def _complete_checks(environ: dict[str, Any], direct: DirectSnapshot, strict: bool) -> None:
     count = _int_header(environ, "x-amz-ChangedBlocksCount")
     if count is None or count != len(direct.digests):
         raise _validation(
@@ -528,6 +608,10 @@ def _complete_checks(environ: dict[str, Any], direct: DirectSnapshot) -> None:
     checksum = _header(environ, "x-amz-Checksum")
     if checksum is None:
         return
+    if count == 0 and strict:
+        raise _validation(
+            "INVALID_PARAMETER_VALUE", "A checksum was given but no blocks were written."
+        )
     if _header(environ, "x-amz-Checksum-Algorithm") != "SHA256":
         raise _validation("INVALID_PARAMETER_VALUE", "The only supported algorithm is SHA256.")
     if _header(environ, "x-amz-Checksum-Aggregation-Method") != "LINEAR":
@@ -552,14 +636,30 @@ def _complete(
     with emu.lock:
         direct = emu.direct.snapshots.get(snapshot_id)
         snapshot = backend.snapshots.get(snapshot_id)
+        strict = emu.faults.ebs_strict_completion
         if direct is not None and direct.sealed and snapshot is not None:
-            return _json("202 Accepted", {"Status": snapshot.status})
+            if not strict:
+                return _json("202 Accepted", {"Status": snapshot.status})
+            emu.direct.completions_refused += 1
+            raise _validation(
+                "INVALID_SNAPSHOT_ID",
+                f"The snapshot '{snapshot_id}' has already been completed ({snapshot.status}).",
+            )
         direct = _open_direct(emu, backend, snapshot_id)
-        _complete_checks(environ, direct)
+        _visible(emu, direct)
+        _complete_checks(environ, direct, strict)
         direct.sealed = True
         direct.last_activity = ebs_direct.clock()
         # from here on the snapshot completes like one CreateSnapshot made (ec2_snapshots.py)
         emu.snapshot_polls[snapshot_id] = 0
+        if emu.direct.completions_lost < emu.faults.ebs_lost_completions:
+            emu.direct.completions_lost += 1  # sealing; the answer never reaches the client
+            raise EbsError(
+                "500 Internal Server Error",
+                "InternalServerException",
+                None,
+                "An internal error has occurred.",
+            )
     return _json("202 Accepted", {"Status": "pending"})
 
 
@@ -573,11 +673,12 @@ def _get(emu: st.EmulatorState, environ: dict[str, Any], account: str, region: s
     backend = ec2_backends[account][region]
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
     token = (query.get("blockToken") or [""])[0]
+    hidden = hidden_while_sealing(emu, backend, snapshot_id)
     with emu.lock:
         settle(emu, backend)
         snapshot = backend.snapshots.get(snapshot_id)
         path = emu.snapshot_files.get(snapshot_id)
-        if snapshot is None or path is None:
+        if snapshot is None or path is None or hidden:
             raise _not_found(snapshot_id)
         if snapshot.status != "completed":
             raise _validation(

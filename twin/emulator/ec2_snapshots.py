@@ -56,6 +56,8 @@ def _advance_snapshots(emu: st.EmulatorState, backend: EBSBackend) -> None:
             snapshot: Any = backend.snapshots.get(snapshot_id)
             if snapshot is None or snapshot.status != "pending":
                 continue
+            if ebs_direct_write.still_sealing(emu, snapshot_id):
+                continue  # Faults.ebs_seal_seconds: polls do not end a long seal sooner
             polls += 1
             emu.snapshot_polls[snapshot_id] = polls
             if polls < st.SNAPSHOT_PENDING_POLLS:

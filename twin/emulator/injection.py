@@ -169,8 +169,10 @@ class Middleware:
 
     def _snapshot(self, emu: st.EmulatorState, snapshot_id: str) -> tuple[str, int, Any] | None:
         """(state, volume size GiB, sparse file) of one of the twin's EC2 snapshots."""
-        ebs_direct_write.settle(emu, ec2_backends[self.account][self.region])
-        snapshot = ec2_backends[self.account][self.region].snapshots.get(snapshot_id)
+        backend = ec2_backends[self.account][self.region]
+        if ebs_direct_write.hidden_while_sealing(emu, backend, snapshot_id):
+            return None  # not found while EBS seals it (coldsnap #141)
+        snapshot = backend.snapshots.get(snapshot_id)
         path = emu.snapshot_files.get(snapshot_id)
         if snapshot is None or path is None:
             return None
