@@ -39,7 +39,8 @@ const blockListMinutes = (bound: PollLoopSettings) =>
  * target volumes) → Delivered → [register image] → [fast snapshot restore]
  * → teardown → report; a dry run goes from compact to its own teardown and report (outcome `estimated`). Lost instances take the relaunch path. Before `Delivered` every task catches into the
  * failure chain (teardown → report → Fail); from `Delivered` on, into the warnings chain, which keeps the
- * new snapshots and AMI and ends in success with outcome `succeeded-with-warnings`.
+ * new snapshots and AMI and ends in success with outcome `succeeded-with-warnings` - except Register image, whose
+ * error fails the run (`ImageNotDelivered`) through the failure chain, which keeps the delivered snapshots.
  */
 export class CompactionWorkflow extends Construct {
   public readonly stateMachine: sfn.StateMachine;
@@ -343,7 +344,7 @@ export class CompactionWorkflow extends Construct {
       .next(b.task('Start compaction', onError))
       .next(this.compactionLoop(onError, catchInstanceLost))
       .next(this.dryRunChoice(onError, delivered));
-    delivered.next(this.afterDelivery(onWarning));
+    delivered.next(this.afterDelivery(onError, onWarning));
     return beforeDelivery;
   }
 
@@ -412,8 +413,12 @@ export class CompactionWorkflow extends Construct {
       .otherwise(createSnapshots);
   }
 
-  /** Register image, FSR, teardown(`success`), report: each error here goes to the warnings chain. */
-  private afterDelivery(onWarning: ErrorRoute): sfn.IChainable {
+  /**
+   * Register image, FSR, teardown(`success`), report: an error in Register image fails the run (the AMI, and
+   * its sharing, are what an image input asks for: `ImageNotDelivered`, the delivered snapshots kept and named);
+   * every other error here goes to the warnings chain.
+   */
+  private afterDelivery(onError: ErrorRoute, onWarning: ErrorRoute): sfn.IChainable {
     const b = this.b;
     const succeeded = new sfn.Pass(this, 'Success', {
       result: sfn.Result.fromString('success'),
@@ -425,7 +430,7 @@ export class CompactionWorkflow extends Construct {
       onWarning,
       'The transfer instance or its volumes were not deleted in time.',
     );
-    const imageChoice = this.imageStep(onWarning);
+    const imageChoice = this.imageStep(onError);
     imageChoice
       .next(this.fastSnapshotRestoreStep(onWarning))
       .next(succeeded)
@@ -437,11 +442,26 @@ export class CompactionWorkflow extends Construct {
     return imageChoice;
   }
 
-  /** AMI sources: register the new image; others: `$.image` says there is none. */
-  private imageStep(onWarning: ErrorRoute): sfn.Chain {
+  /**
+   * AMI sources: register the new image; others: `$.image` says there is none. The AMI (with the sharing the
+   * input asked for) is a deliverable: its error goes to the failure chain as `ImageNotDelivered`, whose cause
+   * names the delivered snapshots (kept: they are tagged delivered) and the original error.
+   */
+  private imageStep(onError: ErrorRoute): sfn.Chain {
+    const notDelivered = this.b.raise(
+      'Image not delivered',
+      'ImageNotDelivered',
+      sfn.JsonPath.format(
+        'The new snapshots {} are delivered and kept, but the AMI the input asked for was not delivered: {}: {}',
+        sfn.JsonPath.jsonToString(sfn.JsonPath.objectAt('$.snapshots.snapshots[*].snapshotId')),
+        sfn.JsonPath.stringAt('$.imageError.Error'),
+        sfn.JsonPath.stringAt('$.imageError.Cause'),
+      ),
+      onError,
+    );
     const registerImage = this.b
       .markPhase('Register image phase', 'registerImage')
-      .next(this.b.task('Register image', onWarning));
+      .next(this.b.task('Register image', { next: notDelivered, resultPath: '$.imageError' }));
     const noImage = new sfn.Pass(this, 'No image to register', {
       result: sfn.Result.fromObject({ imageId: null, warnings: [] }),
       resultPath: '$.image',

@@ -1,13 +1,15 @@
 """`ebs-compactor`: start, follow and report compactions and batches (docs/client.md).
 
 Exit codes (EXIT_CODES; docs/client.md lists them):
-0 the execution succeeded with a good outcome (success, succeeded-with-warnings, estimated; a
-  batch: succeeded) or, without --wait, it was started / the command answered;
+0 the execution succeeded with a good outcome (success, estimated; a batch: succeeded) or,
+  without --wait, it was started / the command answered;
 1 the execution FAILED; 2 bad usage or input (nothing started); 3 TIMED_OUT; 4 ABORTED;
 5 an AWS call of the client failed (credentials, permissions, parameter not found);
 6 the execution SUCCEEDED but its outcome is not good (a batch with failed items: partial/failed,
   or a report outcome `failure`); 7 --timeout passed while the execution still runs; 130 Ctrl-C
-  stopped the wait (the execution goes on).
+  stopped the wait (the execution goes on); 8 SUCCEEDED with outcome succeeded-with-warnings:
+  everything the input asked for exists, but something that is not a deliverable failed (fast
+  snapshot restore, the report, the teardown).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .api import Api, ClientFailure, Waiter, output_of
 from .progress import (
     BATCH_SUCCESS_OUTCOMES,
     SUCCESS_OUTCOMES,
+    WARNINGS_OUTCOME,
     Progress,
     format_copy,
     outcome_of,
@@ -41,6 +44,7 @@ EXIT_CODES = {
     "AWS": 5,
     "BAD_OUTCOME": 6,
     "WAIT_TIMEOUT": 7,
+    "WARNINGS": 8,
     "INTERRUPTED": 130,
 }
 STACK_ENV = "EBS_COMPACTOR_STACK"
@@ -356,6 +360,8 @@ def _exit_code(described: dict[str, Any], good_outcomes: tuple[str, ...]) -> int
     if status != "SUCCEEDED":
         return EXIT_CODES.get(status, EXIT_CODES["FAILED"])
     outcome = outcome_of(output_of(described))
+    if outcome == WARNINGS_OUTCOME:
+        return EXIT_CODES["WARNINGS"]
     return (
         EXIT_CODES["SUCCEEDED"] if outcome in (None, *good_outcomes) else EXIT_CODES["BAD_OUTCOME"]
     )

@@ -14,7 +14,9 @@ from typing import Any
 
 PHASE_SUFFIX = " phase"
 CHECK_COMPACTION = "Check compaction"
-SUCCESS_OUTCOMES = ("success", "succeeded-with-warnings", "estimated")
+# delivered, then something that is not a deliverable failed: a success with its own exit code
+WARNINGS_OUTCOME = "succeeded-with-warnings"
+SUCCESS_OUTCOMES = ("success", WARNINGS_OUTCOME, "estimated")
 BATCH_SUCCESS_OUTCOMES = ("succeeded",)
 
 

@@ -91,6 +91,10 @@ class ImageRegistrationFailed(CompactorError):
     pass
 
 
+class SharingNotCopied(CompactorError):
+    """copySharing: the AMI is registered, but not with all of the source's sharing."""
+
+
 class TransientAwsError(CompactorError):
     """AWS still answered with throttling or a server error after the SDK's own retries; the
     state machine retries the task with backoff (a poll task reports "not done yet" instead)."""

@@ -17,8 +17,9 @@ copy and a note. ModifyImageAttribute answers InvalidAMIID.Unavailable while the
 `pending`, so the AMI is awaited first; still pending when the Lambda's time runs short, the
 task raises TransientAwsError and the workflow retries it (register_image then finds the AMI it
 registered and comes back here). Every call is idempotent (adding a permission twice is a
-no-op). Any other refusal becomes a warning in the result: the new snapshots and AMI are
-delivered already, and a permission that could not be copied must not undo that."""
+no-op). Any other refusal is listed in the result's `warnings` and the other steps still run;
+register_image then fails the task with SharingNotCopied (the sharing is part of what the input
+asked for), and nothing is undone: the new snapshots and AMI are kept."""
 
 from __future__ import annotations
 

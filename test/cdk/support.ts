@@ -103,15 +103,15 @@ export function successors(state: AslState): string[] {
   ];
 }
 
-/** Every state reachable from `from` (itself included). */
-export function reachable(definition: AslDefinition, from: string): Set<string> {
+/** Every state reachable from `from` (itself included), not following the transitions of the states in `notThrough`. */
+export function reachable(definition: AslDefinition, from: string, notThrough: string[] = []): Set<string> {
   const seen = new Set<string>();
   const todo = [from];
   while (todo.length > 0) {
     const name = todo.pop()!;
     if (seen.has(name)) continue;
     seen.add(name);
-    todo.push(...successors(definition.States[name]));
+    if (!notThrough.includes(name)) todo.push(...successors(definition.States[name]));
   }
   return seen;
 }

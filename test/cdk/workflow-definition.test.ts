@@ -158,7 +158,7 @@ describe('state machine definition', () => {
   const afterDelivery = reachable(definition, 'Delivered');
   const lastCatch = (state: AslState) => state.Catch![state.Catch!.length - 1];
 
-  test('Delivered follows the snapshot loop; the tasks after it are image, FSR, teardown, report and the warnings chain', () => {
+  test('Delivered follows the snapshot loop; the tasks after it are image, FSR, teardown, report, the warnings chain and (from Register image) the failure chain', () => {
     expect(definition.States['Snapshots: done'].Next).toBe('Delivered');
     expect(definition.States['Delivered'].Type).toBe('Pass');
     const tasksAfter = tasks.filter(([name]) => afterDelivery.has(name)).map(([name]) => name);
@@ -170,6 +170,8 @@ describe('state machine definition', () => {
         'Report',
         'Teardown with warnings',
         'Report with warnings',
+        'Teardown after failure',
+        'Report failure',
       ].sort(),
     );
   });
@@ -250,12 +252,29 @@ describe('state machine definition', () => {
     });
   });
 
-  test('after Delivered every task catches into the warnings chain and nothing reaches the failure chain', () => {
+  test('after Delivered only Register image reaches the failure chain (ImageNotDelivered); every other task catches into the warnings chain', () => {
+    // the AMI (and its requested sharing) is a deliverable of an image input: without it the run fails
+    const register = definition.States['Register image'];
+    expect(lastCatch(register)).toMatchObject({ Next: 'Image not delivered', ResultPath: '$.imageError' });
+    expect(definition.States['Image not delivered']).toMatchObject({
+      Type: 'Pass',
+      Parameters: { Error: 'ImageNotDelivered' },
+      ResultPath: '$.error',
+      Next: 'Failure',
+    });
+    expect(String(definition.States['Image not delivered'].Parameters?.['Cause.$'])).toContain(
+      'States.JsonToString($.snapshots.snapshots[*].snapshotId)',
+    );
+    const withoutImage = reachable(definition, 'Delivered', ['Register image']);
     for (const name of ['Failure', 'Teardown after failure', 'Report failure', 'Failed']) {
-      expect({ name, reachable: afterDelivery.has(name) }).toEqual({ name, reachable: false });
+      expect({ name, reachable: withoutImage.has(name) }).toEqual({ name, reachable: false });
     }
-    expect([...afterDelivery].filter((name) => definition.States[name].Type === 'Fail')).toEqual([]);
-    for (const [name, state] of tasks.filter(([n]) => afterDelivery.has(n) && !WARNINGS_CHAIN.has(n))) {
+    expect([...withoutImage].filter((name) => definition.States[name].Type === 'Fail')).toEqual([]);
+    const fromDelivery = tasks.filter(
+      ([n]) =>
+        afterDelivery.has(n) && !WARNINGS_CHAIN.has(n) && !FAILURE_CHAIN.has(n) && n !== 'Register image',
+    );
+    for (const [name, state] of fromDelivery) {
       const last = lastCatch(state);
       expect({ name, next: last.Next, resultPath: last.ResultPath }).toEqual({
         name,

@@ -609,30 +609,28 @@ describe('the workflow, run with fake tasks', () => {
     });
   });
 
-  test('an error in Register image keeps the snapshots and skips to the warnings chain', async () => {
+  test('an error in Register image fails the run (ImageNotDelivered) through the failure chain, naming and keeping the delivered snapshots', async () => {
     const outcome = await runAmi(template, {
       register_image: () => {
         throw new TaskError('ImageRegistrationFailed', 'RegisterImage: InvalidBlockDeviceMapping');
       },
     });
-    expect(outcome.error).toBeUndefined();
     expect(modules(outcome).slice(-3)).toEqual(['register_image', 'teardown', 'report']);
     expect(callsOf(outcome, 'enable_fast_snapshot_restore')).toEqual([]);
-    expect(callsOf(outcome, 'teardown').map((c) => c.payload)).toEqual([
-      {
-        executionName: EXECUTION_NAME,
-        outcome: 'success',
-        keep: { snapshotIds: ['snap-new'], imageId: null },
-      },
-    ]);
+    // the failure teardown never deletes a snapshot tagged delivered (nor an AMI of a delivered execution)
+    expect(callsOf(outcome, 'teardown').map((c) => c.payload.outcome)).toEqual(['failure']);
     const report = callsOf(outcome, 'report')[0];
-    expect(report.state).toBe('Report with warnings');
-    expect(report.payload).toMatchObject({
-      outcome: 'succeeded-with-warnings',
-      warning: { Error: 'ImageRegistrationFailed' },
-      image: { imageId: null },
+    expect(report.state).toBe('Report failure');
+    expect(report.payload.outcome).toBe('failure');
+    expect(report.payload.snapshots.snapshots.map((s: { snapshotId: string }) => s.snapshotId)).toEqual([
+      'snap-new',
+    ]);
+    expect(outcome.error).toEqual({
+      name: 'ImageNotDelivered',
+      message:
+        'The new snapshots ["snap-new"] are delivered and kept, but the AMI the input asked for was not ' +
+        'delivered: ImageRegistrationFailed: RegisterImage: InvalidBlockDeviceMapping',
     });
-    expect(outcome.output.outcome).toBe('succeeded-with-warnings');
   });
 
   test('an error in Enable fast snapshot restore keeps the registered AMI too', async () => {

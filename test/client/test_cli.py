@@ -110,6 +110,13 @@ def test_wait_json_prints_the_report_alone_on_stdout(sfn: FakeSfn) -> None:
         ("ABORTED", {}, 4, "ABORTED error=-"),
         ("SUCCEEDED", {"output": json.dumps({"outcome": "failure"})}, 6, "outcome=failure"),
         ("SUCCEEDED", {"output": json.dumps({"outcome": "estimated"})}, 0, "outcome=estimated"),
+        ("SUCCEEDED", {"output": json.dumps({"outcome": "success"})}, 0, "outcome=success"),
+        (
+            "SUCCEEDED",
+            {"output": json.dumps({"outcome": "succeeded-with-warnings"})},
+            8,
+            "outcome=succeeded-with-warnings",
+        ),
     ],
 )
 def test_exit_codes_and_error_names(

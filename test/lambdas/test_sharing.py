@@ -165,7 +165,11 @@ def test_a_past_deprecation_time_becomes_the_earliest_ec2_accepts(world: World) 
     assert "2020-01-01T00:00:00.000Z" in note and "EC2 accepts no past time" in note
 
 
-def test_a_refused_permission_is_a_warning_and_the_rest_is_copied(world: World) -> None:
+def test_a_refused_permission_fails_the_task_naming_the_ami_and_the_rest_is_copied(
+    world: World,
+) -> None:
+    """The sharing is part of what copySharing asks for: not all copied is SharingNotCopied
+    (the workflow fails the run as ImageNotDelivered), and nothing copied is undone."""
     plan, snapshots = shared_job(world, [{"UserId": ACCOUNT_A}], DeprecationTime=FUTURE)
     for item in snapshots["snapshots"]:
         share_snapshot(item["sourceSnapshotId"], [ACCOUNT_B])
@@ -177,12 +181,18 @@ def test_a_refused_permission_is_a_warning_and_the_rest_is_copied(world: World) 
         ),
     )
     deprecated = deprecations()
-    result = register(world, plan, snapshots)
-    assert launch_permissions(result["imageId"]) == [{"UserId": ACCOUNT_A}]
+    with pytest.raises(errors.SharingNotCopied) as raised:
+        register(world, plan, snapshots)
+    (image,) = [
+        i
+        for i in aws.ec2().describe_images(Owners=["self"])["Images"]
+        if i["Name"] == plan["imageName"]
+    ]
+    message = str(raised.value)
+    assert f"the AMI {image['ImageId']} is registered" in message
+    assert message.count("InvalidParameter: Snapshots encrypted") == 2
+    assert launch_permissions(image["ImageId"]) == [{"UserId": ACCOUNT_A}]
     assert len(deprecated) == 1
-    assert len(result["warnings"]) == 2
-    assert all("InvalidParameter: Snapshots encrypted" in w for w in result["warnings"])
-    assert result["sharing"]["createVolumePermissions"] == []
 
 
 def test_waits_for_a_pending_ami(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """Task 8: register the AMI equivalent to the source AMI, on the new snapshots, and with
 `copySharing` give it (and the new snapshots) the source's sharing and deprecation time
-(compactor/sharing.py). For a snapshot job (no source AMI) it registers nothing and returns
-imageId null."""
+(compactor/sharing.py); sharing it could not copy raises SharingNotCopied (the workflow then
+fails the run as ImageNotDelivered). For a snapshot job (no source AMI) it registers nothing and
+returns imageId null."""
 
 from typing import cast
 
@@ -9,6 +10,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import images, sharing
 from compactor.config import Config
+from compactor.errors import SharingNotCopied
 from compactor.models import ImageResult, Plan, SnapshotsResult
 from compactor.observability import Event, task_handler
 
@@ -26,8 +28,14 @@ def handler(event: Event, context: LambdaContext) -> ImageResult:
     copied = sharing.copy(
         plan["image"]["imageId"], result["imageId"], snapshots, _seconds_left(context)
     )
+    if copied["warnings"]:
+        # the sharing is part of what the input asked for: the run fails, naming what exists
+        raise SharingNotCopied(
+            f"the AMI {result['imageId']} is registered on the delivered snapshots, but the "
+            f"source's sharing (copySharing) was not all copied: {'; '.join(copied['warnings'])}. "
+            "The AMI and its snapshots are kept: share them by hand"
+        )
     result["sharing"] = copied
-    result["warnings"] = [*result["warnings"], *copied["warnings"]]
     return result
 
 
