@@ -50,8 +50,10 @@ _HINTS = {
         'with target "volume"'
     ),
     "ServiceQuotaExceededException": (
-        "an account quota of EBS is reached (e.g. concurrent snapshots): wait for other "
-        'snapshots to finish, ask for a higher quota, or start again with target "volume"'
+        "an account quota of EBS is reached (at most 100 snapshots may be pending in the "
+        "account: a batch starts maxConcurrency x its items' volumes at once, docs/batch.md): "
+        "wait for other snapshots to finish, lower the batch's maxConcurrency, ask for a higher "
+        'quota, or start again with target "volume"'
     ),
     "ConflictException": (
         "the client token was already used with other parameters: a workflow bug, start again"

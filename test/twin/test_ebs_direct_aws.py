@@ -182,6 +182,19 @@ def test_puts_beyond_the_quota_are_throttled_per_snapshot_and_per_account(emu: E
     assert emu.state.direct.puts_over_quota == 2
 
 
+def test_start_snapshot_beyond_the_pending_snapshots_quota_is_refused(emu: Emulator) -> None:
+    assert Faults().ebs_pending_snapshots == 100
+    emu.state.faults.ebs_pending_snapshots = 2
+    client = _client(emu)
+    first = client.start_snapshot(VolumeSize=1)["SnapshotId"]
+    client.start_snapshot(VolumeSize=1)
+    refused = _code(lambda: client.start_snapshot(VolumeSize=1))
+    assert refused == ("ServiceQuotaExceededException", "DEPENDENCY_SERVICE_QUOTA_EXCEEDED", 402)
+    client.complete_snapshot(SnapshotId=first, ChangedBlocksCount=0)
+    ebs_direct_write.settle(emu.state, emu.ec2, now=1e12)  # sealed: no longer pending
+    client.start_snapshot(VolumeSize=1)
+
+
 # --- the data plane's client rides through --------------------------------------------------
 
 

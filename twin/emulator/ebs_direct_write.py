@@ -55,6 +55,18 @@ four actions; the EBS user guide pages "Write snapshots", "Use EBS direct APIs c
   the snapshot does not hold has no token: INVALID_BLOCK_TOKEN whatever the token); answers
   the 524288 bytes with x-amz-Data-Length, x-amz-Checksum (base64 SHA-256),
   x-amz-Checksum-Algorithm SHA256.
+- AWS's own behaviours (Faults, on by default; awslabs/coldsnap's issues): the first requests
+  after StartSnapshot answer ResourceNotFoundException (#43); while a completed snapshot seals,
+  ListSnapshotBlocks / GetSnapshotBlock answer ResourceNotFoundException (#141), and a long seal
+  (ebs_seal_seconds) is not cut short by DescribeSnapshots polls; a put answers "Failed to read
+  block data" (INVALID_PARAMETER_VALUE, nanovms/ops#1268) and succeeds when sent again; a
+  CompleteSnapshot answer is lost (sealed, answered InternalServerException) and a repeated
+  CompleteSnapshot is refused (INVALID_SNAPSHOT_ID), as is a Checksum with ChangedBlocksCount 0
+  (undocumented: the harsh answer); PutSnapshotBlock's quota (1,000 a second per snapshot and per
+  account, a sliding second shared by every run against the emulator) answers
+  RequestThrottledException (RESOURCE_LEVEL_THROTTLE / ACCOUNT_THROTTLED); StartSnapshot with 100
+  snapshots pending in the account answers ServiceQuotaExceededException (402,
+  DEPENDENCY_SERVICE_QUOTA_EXCEEDED).
 - Throttling: injection.py's `throttle@STATE` answers RequestThrottledException for requests
   marked with a faulted state; Faults.ebs_throttled_puts answers the first N puts
   RequestThrottledException (RESOURCE_LEVEL_THROTTLE); more than Faults.ebs_max_puts_in_flight
@@ -359,10 +371,25 @@ def _start(emu: st.EmulatorState, environ: dict[str, Any], account: str, region:
                     "request.",
                 )
             return _json("201 Created", emu.direct.snapshots[sid].start_answer)
+        _pending_quota(emu, backend)
         snapshot = _new_snapshot(emu, backend, params, account, region)
         if token:
             emu.direct.client_tokens[token] = (_fingerprint(params), snapshot.id)
         return _json("201 Created", emu.direct.snapshots[snapshot.id].start_answer)
+
+
+def _pending_quota(emu: st.EmulatorState, backend: Any) -> None:
+    """At most Faults.ebs_pending_snapshots snapshots pending in the account (AWS: 100)."""
+    settle(emu, backend)
+    pending = sum(1 for s in backend.snapshots.values() if s.status == "pending")
+    limit = emu.faults.ebs_pending_snapshots
+    if limit and pending >= limit:
+        raise EbsError(
+            "402 Payment Required",
+            "ServiceQuotaExceededException",
+            "DEPENDENCY_SERVICE_QUOTA_EXCEEDED",
+            f"The account has {pending} pending snapshots: the limit is {limit}.",
+        )
 
 
 def _new_snapshot(

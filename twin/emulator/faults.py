@@ -48,8 +48,10 @@ PUTS_THROTTLED = 25
 # API's shape): the first requests after StartSnapshot find no snapshot (coldsnap #43: up to ~2
 # minutes against AWS; counted here, so that every run meets it whatever its timing) ...
 NOT_FOUND_REQUESTS = 3
-# ... and PutSnapshotBlock's quota: 1,000 puts per second per snapshot and per account.
+# ... and PutSnapshotBlock's quota: 1,000 puts per second per snapshot and per account; at most
+# 100 snapshots pending in the account (StartSnapshot beyond: ServiceQuotaExceededException).
 PUTS_PER_SECOND = 1000
+PENDING_SNAPSHOTS = 100
 
 
 class FaultError(ValueError):
@@ -190,6 +192,7 @@ class Faults:
     # every run against this emulator), answered RequestThrottledException beyond it.
     ebs_snapshot_puts_per_second: int = PUTS_PER_SECOND
     ebs_account_puts_per_second: int = PUTS_PER_SECOND
+    ebs_pending_snapshots: int = PENDING_SNAPSHOTS
 
     @classmethod
     def api_only(cls, **switches: object) -> Faults:
