@@ -305,6 +305,26 @@ def test_no_capacity_at_all(world: World) -> None:
         run(world, plan)
 
 
+@pytest.mark.parametrize("code", ["VcpuLimitExceeded", "InstanceLimitExceeded"])
+def test_an_on_demand_quota_error_moves_on_and_ends_in_no_capacity(world: World, code: str) -> None:
+    """A batch above the account's On-Demand vCPU quota: RunInstances answers VcpuLimitExceeded
+    (InstanceLimitExceeded on accounts with instance-count limits). The next pool may be of a
+    family with room; when none has, the run ends in NoCapacity, not a raw ClientError."""
+    plan = plan_for(world)
+    spot = [("spot", t, s) for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    first_on_demand = ("on-demand", "m7i.large", world.subnets[0])
+    fail_pools({**dict.fromkeys(spot, "InsufficientInstanceCapacity"), first_on_demand: code})
+    result = run(world, plan)
+    assert result["market"] == "on-demand"
+    assert result["failedPools"][-1]["error"].startswith(code)
+    on_demand = [("on-demand", t, s) for t in ("m7i.large", "m6i.large") for s in world.subnets]
+    fail_pools(
+        {**dict.fromkeys(spot, "InsufficientInstanceCapacity"), **dict.fromkeys(on_demand, code)}
+    )
+    with pytest.raises(errors.NoCapacity, match=code):
+        run(world, plan, attempt=2)
+
+
 def test_other_errors_are_not_capacity_errors(world: World) -> None:
     plan = plan_for(world)
     fail_pools({("spot", "m7i.large", world.subnets[0]): "UnauthorizedOperation"})

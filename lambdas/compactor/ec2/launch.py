@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 # the stack is the only writer, so the newest is the stack's current one.
 LAUNCH_TEMPLATE_VERSION = "$Latest"
 
+QUOTA_ERRORS = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded"})
 CAPACITY_ERRORS = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -53,6 +54,9 @@ CAPACITY_ERRORS = frozenset(
         "Unsupported",
         "InsufficientFreeAddressesInSubnet",
         "InsufficientVolumeCapacity",
+        # the account's On-Demand quota (vCPUs per instance family class; instance count on older
+        # accounts): another pool may be of a family with room, and none is NoCapacity
+        *QUOTA_ERRORS,
     }
 )
 
@@ -108,11 +112,21 @@ def launch(plan: Plan, launch_attempt: int, config: Config) -> InstanceResult:
             )
             logger.info("no capacity in pool", extra={"pool": pool.describe()})
             emit("CapacityErrors", 1, {"Market": MARKETS[pool.market]})
-    tried = "; ".join(f"{f['market']} {f['instanceType']} in {f['subnetId']}" for f in failed)
+    tried = "; ".join(
+        f"{f['market']} {f['instanceType']} in {f['subnetId']} ({f['error'].split(':')[0]})"
+        for f in failed
+    )
     if config.allow_on_demand:
+        quota = any(f["error"].split(":")[0] in QUOTA_ERRORS for f in failed)
         raise NoCapacity(
             f"no Spot or On-Demand capacity in any pool (tried {tried}): add instance types or "
             "subnets in other AZs to the stack settings, or try again later"
+            + (
+                "; the account's On-Demand quota is reached: lower the batch's maxConcurrency "
+                "or ask for a higher 'Running On-Demand instances' vCPU quota"
+                if quota
+                else ""
+            )
         )
     raise NoSpotCapacity(
         f"no Spot capacity in any pool (tried {tried}) and On-Demand is not allowed: set "
