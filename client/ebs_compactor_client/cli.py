@@ -70,7 +70,9 @@ class Ctx:
     help="The deployed stack's name (finds its state machines in SSM).",
 )
 @click.option("--region", envvar="AWS_REGION", help="AWS Region (default: the SDK's).")
-@click.option("--profile", envvar="AWS_PROFILE", help="AWS profile (default: the SDK's).")
+# No envvar=AWS_PROFILE: the SDK reads it itself, after access keys in the environment; passing it
+# as profile_name would outrank them and run as another identity than boto3 and the AWS CLI.
+@click.option("--profile", help="AWS profile (default: the SDK's credential chain).")
 @click.version_option(package_name="ebs-compactor-client")
 @click.pass_context
 def cli(ctx: click.Context, stack: str | None, region: str | None, profile: str | None) -> None:

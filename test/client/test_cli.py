@@ -285,6 +285,30 @@ def test_status_of_a_running_execution_shows_its_phase_and_copy(sfn: FakeSfn) ->
     ]
 
 
+@pytest.mark.parametrize(("flags", "expected"), [([], None), (["--profile", "ops"], "ops")])
+def test_a_profile_is_passed_only_when_given(
+    sfn: FakeSfn, monkeypatch: pytest.MonkeyPatch, flags: list[str], expected: str | None
+) -> None:
+    """AWS_PROFILE is the SDK's to read: passed as profile_name it would outrank access keys in
+    the environment, so the client would run as another identity than boto3 and the AWS CLI."""
+    monkeypatch.setenv("AWS_PROFILE", "from-the-environment")
+    profiles: list[str | None] = []
+    fake = api_module.Api.create
+
+    def create(cls: Any, region: str | None = None, profile: str | None = None) -> Any:
+        profiles.append(profile)
+        return fake(region, profile)
+
+    monkeypatch.setattr(api_module.Api, "create", classmethod(create))
+    result = CliRunner().invoke(
+        cli.cli,
+        [*flags, "--stack", "Compactor", "start", "--snapshot", SNAP],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert profiles == [expected]
+
+
 def test_no_region_exits_5_with_the_sdks_message(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_CONFIG_FILE"):
         monkeypatch.delenv(name, raising=False)
