@@ -32,12 +32,15 @@ export const BATCH_STATES = {
 } as const;
 
 /**
- * Errors of StartExecution worth another try: throttling and the open-executions quota. Anything else
- * (ExecutionAlreadyExists, a failed child: States.TaskFailed) fails the item, and the Map counts it.
+ * Errors of StartExecution worth another try: throttling and the open-executions quota. Step Functions names an
+ * integrated service's error after its SDK exception class (`StepFunctions.ExecutionLimitExceededException`), so
+ * both spellings are matched. Anything else (`StepFunctions.ExecutionAlreadyExistsException`, a failed child:
+ * States.TaskFailed) fails the item, and the Map counts it.
  */
 export const START_EXECUTION_RETRY_ERRORS = [
   'StepFunctions.ThrottlingException',
   'StepFunctions.ExecutionLimitExceeded',
+  'StepFunctions.ExecutionLimitExceededException',
 ];
 
 /** What an iteration keeps of a child's DescribeExecution (sync:2 gives Output as JSON): small result files. */

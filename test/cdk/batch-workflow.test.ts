@@ -162,6 +162,14 @@ describe('batch item processor', () => {
       expect(START_EXECUTION_RETRY_ERRORS.every((e) => /Throttling|ExecutionLimitExceeded/.test(e))).toBe(
         true,
       );
+      // Step Functions names the SDK exception class (StepFunctions.<Name>Exception); the short spelling too
+      expect([...START_EXECUTION_RETRY_ERRORS].sort()).toEqual(
+        [
+          'StepFunctions.ThrottlingException',
+          'StepFunctions.ExecutionLimitExceeded',
+          'StepFunctions.ExecutionLimitExceededException',
+        ].sort(),
+      );
       expect(state.Catch).toBeUndefined();
     }
   });
