@@ -26,9 +26,10 @@ lint-bench: setup
 	$(VENV)/bin/ruff format --check bench test/bench
 	$(VENV)/bin/mypy --strict --python-version 3.11 bench test/bench
 
-# Unit tests of the bench's own parsers and arithmetic (no root, no loop devices).
+# The bench's own parsers and arithmetic, and (needs_root) its loop devices, cgroup throttling and
+# direct-write runs.
 test-bench: setup
-	$(PY) -m pytest -q test/bench
+	$(PYTEST) test/bench
 
 bench: setup test-bench
 	$(PY) -m bench --size $(or $(SIZE),2G) --fs $(or $(BENCH_FS),$(BENCH_FILESYSTEMS)) \

@@ -10,4 +10,4 @@ lint-boot: setup
 	$(VENV)/bin/mypy --strict --python-version 3.11 test/boot
 
 test-boot: setup
-	$(PY) -m pytest -q -s test/boot
+	$(PYTEST) -s test/boot

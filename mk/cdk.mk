@@ -16,13 +16,19 @@ lint-cdk: setup
 # jest never updates snapshots here (--ci); `npm run test:update-snapshots` is the only way to.
 # The synth runs the cdk-nag checks: an unacknowledged finding fails it. cfn-lint fails on errors;
 # W3005 (a DependsOn next to a GetAtt on the same role) is how CDK orders role policies, not a defect.
+# TIER=unit (make check): jest only. jest's default is cores - 1 workers, one on this 2-core
+# machine; each test file synthesizes stacks (CPU-bound), so one worker per core.
+JEST_WORKERS ?= --maxWorkers=$(shell nproc)
 test-cdk: setup
-	npx jest --ci
+	@mkdir -p $(REPORTS)
+	npx jest --ci $(JEST_WORKERS) --json --outputFile=$(REPORTS)/$@.jest.json
+ifneq ($(TIER),unit)
 	$(MAKE) --no-print-directory synth
 	rm -rf $(CDK_OWN_VPC_OUT)
 	npx cdk synth --quiet --output $(CDK_OWN_VPC_OUT) $(CDK_OWN_VPC_CONTEXT)
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --ignore-checks W3005 -- \
 	  cdk.out/*.template.json $(CDK_OWN_VPC_OUT)/*.template.json
+endif
 
 synth: setup
 	rm -rf cdk.out

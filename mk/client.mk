@@ -11,4 +11,4 @@ lint-client: setup
 	$(VENV)/bin/mypy --strict --python-version 3.11 client/ebs_compactor_client test/client
 
 test-client: setup
-	$(PY) -m pytest -q test/client
+	$(PYTEST) test/client

@@ -13,6 +13,6 @@ lint-dataplane: setup lint-devkit
 	$(VENV)/bin/vermin --no-tips --violations -t=3.9- --eval-annotations ssm-documents/sparsecopy
 	MYPYPATH=ssm-documents $(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports \
 	  --check-untyped-defs test/dataplane
-# Real filesystems on loop devices: needs root (as in CI).
-test-dataplane: setup test-devkit
-	$(PY) -m pytest test/dataplane -q
+# Real filesystems on loop devices: needs root (as in CI); TIER=unit: the pure tests only.
+test-dataplane: setup
+	$(PYTEST) test/dataplane

@@ -4,5 +4,6 @@ lint-lambdas: setup
 	$(VENV)/bin/ruff check lambdas test/lambdas
 	$(VENV)/bin/ruff format --check lambdas test/lambdas
 	cd lambdas && ../$(VENV)/bin/mypy --strict --cache-dir=/dev/null compactor
+# moto in-process, one account per test: safe in parallel workers.
 test-lambdas: setup
-	$(PY) -m pytest -q -c test/lambdas/pytest.ini test/lambdas
+	$(PYTEST) $(XDIST) -c test/lambdas/pytest.ini test/lambdas

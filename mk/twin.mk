@@ -35,7 +35,7 @@ twin-synth: setup
 
 # End-to-end and fault scenarios on loop devices: needs root (as in CI).
 test-twin: twin-synth
-	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PY) -m pytest test/twin -q
+	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PYTEST) test/twin
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \

@@ -1,0 +1,47 @@
+"""devkit/test_report.py: the table and the skips at the end of `make test`."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devkit import test_report
+
+pytest_plugins = ["pytester"]
+
+
+def test_the_table_and_every_skip_with_its_reason(
+    tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "times.tsv").write_text("setup\t0\t7\ntest-lambdas\t1\t125\n")
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(
+        test_x="""
+import pytest
+
+def test_a(): pytest.skip("needs grub-install")
+def test_b(): pytest.skip("needs grub-install")
+@pytest.mark.xfail(reason="known")
+def test_c(): raise AssertionError
+def test_d(): pass
+"""
+    )
+    pytester.runpytest(f"--junitxml={tmp_path / 'test-boot.xml'}")
+    jest = {"testResults": [{"assertionResults": [
+        {"status": "passed", "fullName": "stack synthesizes"},
+        {"status": "pending", "fullName": "stack later"},
+    ]}]}  # fmt: skip
+    (tmp_path / "test-cdk.jest.json").write_text(json.dumps(jest))
+    assert test_report.render(tmp_path).splitlines() == [
+        "target         rc       wall",
+        "setup           0       0:07",
+        "test-lambdas    1       2:05",
+        "total                   2:12",
+        "skipped tests: 3",
+        "  2 x test-boot: needs grub-install",
+        "  1 x test-cdk: stack later",
+    ]
+
+
+def test_no_reports_is_no_skips(tmp_path: Path) -> None:
+    assert test_report.render(tmp_path) == "skipped tests: 0"
