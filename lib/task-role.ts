@@ -321,7 +321,7 @@ function keyStatements(c: StatementContext): iam.PolicyStatement[] {
       sid: 'UseKeysOnlyThroughEc2',
       actions: ['kms:Decrypt', 'kms:ReEncrypt*', 'kms:GenerateDataKeyWithoutPlaintext', 'kms:CreateGrant'],
       resources: c.props.kmsKeyArns,
-      conditions: { StringEquals: { 'kms:ViaService': `ec2.${c.stack.region}.amazonaws.com` } },
+      conditions: { StringEquals: { 'kms:ViaService': `ec2.${c.stack.region}.${c.stack.urlSuffix}` } },
     }),
     new iam.PolicyStatement({
       sid: 'CheckKeysBeforeLaunching',
@@ -362,10 +362,11 @@ export const EBS_DIRECT_KMS_ACTIONS = [
 /**
  * kms:ViaService for the EBS direct APIs. AWS documents no value for them (EBS's own entry in the KMS guide
  * is ec2.<region>.amazonaws.com, the direct APIs' endpoint is ebs.<region>.amazonaws.com): both are EBS,
- * nothing else may use the keys through this grant.
+ * nothing else may use the keys through this grant. The suffix is the partition's (Aws.URL_SUFFIX:
+ * amazonaws.com.cn in China, c2s.ic.gov in ISO), as the data plane's endpoint is (IMDS services/domain).
  */
-export function ebsViaServices(region: string): string[] {
-  return [`ec2.${region}.amazonaws.com`, `ebs.${region}.amazonaws.com`];
+export function ebsViaServices(stack: Stack): string[] {
+  return [`ec2.${stack.region}.${stack.urlSuffix}`, `ebs.${stack.region}.${stack.urlSuffix}`];
 }
 
 /**
@@ -397,7 +398,7 @@ function directSnapshotStatements(c: StatementContext): iam.PolicyStatement[] {
       sid: 'StartEncryptedDirectSnapshotsThroughEbs',
       actions: EBS_DIRECT_KMS_ACTIONS,
       resources: c.props.kmsKeyArns,
-      conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(c.stack.region) } },
+      conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(c.stack) } },
     }),
   ];
 }
@@ -419,7 +420,7 @@ function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
       // block list (compactor/source_blocks.py): slower, never wrong.
       actions: ['kms:Decrypt'],
       resources: c.props.kmsKeyArns,
-      conditions: { StringEquals: { 'kms:ViaService': `ebs.${c.stack.region}.amazonaws.com` } },
+      conditions: { StringEquals: { 'kms:ViaService': `ebs.${c.stack.region}.${c.stack.urlSuffix}` } },
     }),
     new iam.PolicyStatement({
       sid: 'KeepTheBlockListsInTheStacksBucket',

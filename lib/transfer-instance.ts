@@ -118,7 +118,7 @@ export class TransferInstance extends Construct {
         sid: 'WriteEncryptedDirectSnapshotsThroughEbs',
         actions: EBS_DIRECT_KMS_ACTIONS,
         resources: kmsKeyArns,
-        conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(stack.region) } },
+        conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(stack) } },
       }),
     );
   }

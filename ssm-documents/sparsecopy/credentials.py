@@ -11,7 +11,10 @@
   through a proxy (urllib would honour http_proxy from the environment); 429, 5xx, 401 (a stale
   session token) and connection errors are retried with backoff, any other answer is final.
 - Region: AWS_REGION / AWS_DEFAULT_REGION, else IMDS /latest/meta-data/placement/region.
-- Endpoint: AWS_ENDPOINT_URL_EBS (botocore's name for it) else https://ebs.<region>.amazonaws.com.
+- Endpoint: AWS_ENDPOINT_URL_EBS (botocore's name for it) else https://ebs.<region>.<suffix>
+  (ebs-fips.<region>.<suffix> with AWS_USE_FIPS_ENDPOINT=true, botocore's rule), the suffix of
+  the Region's partition from IMDS services/domain on the instance (amazonaws.com.cn in China,
+  c2s.ic.gov in ISO, ...).
 """
 
 import datetime
@@ -35,6 +38,15 @@ EXPIRY_MARGIN = 15.0  # credentials this close to their Expiration are not used 
 IMDS_TIMEOUT = 5.0
 IMDS_ATTEMPTS = 6  # backoff 0.5, 1, 2, 4, 8 s between them
 IMDS_RETRY_STATUSES = frozenset((401, 429, 500, 502, 503, 504))
+# Region prefix -> DNS suffix of its partition (botocore's endpoints.json); others amazonaws.com
+DNS_SUFFIXES = (
+    ("cn-", "amazonaws.com.cn"),
+    ("us-isob-", "sc2s.sgov.gov"),
+    ("us-isof-", "csp.hci.ic.gov"),
+    ("us-iso-", "c2s.ic.gov"),
+    ("eu-isoe-", "cloud.adc-e.uk"),
+    ("eusc-", "amazonaws.eu"),
+)
 # IMDS is link-local: never through a proxy, whatever http_proxy says
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -168,6 +180,24 @@ def region(env: Optional[Mapping[str, str]] = None) -> str:
     return found or _imds_get(_imds_base(env), "/latest/meta-data/placement/region").strip()
 
 
-def endpoint(region_name: str, env: Optional[Mapping[str, str]] = None) -> str:
+def dns_suffix(region_name: str, env: Optional[Mapping[str, str]] = None) -> str:
+    """The partition's DNS suffix: on the instance (no region in the environment) IMDS's
+    services/domain, else by the Region's prefix (botocore's endpoints.json partitions)."""
     env = os.environ if env is None else env
-    return env.get("AWS_ENDPOINT_URL_EBS") or f"https://ebs.{region_name}.amazonaws.com"
+    if not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+        return _imds_get(_imds_base(env), "/latest/meta-data/services/domain").strip()
+    for prefix, suffix in DNS_SUFFIXES:
+        if region_name.startswith(prefix):
+            return suffix
+    return "amazonaws.com"
+
+
+def endpoint(region_name: str, env: Optional[Mapping[str, str]] = None) -> str:
+    """AWS_ENDPOINT_URL_EBS, else botocore's rule for ebs: https://ebs.REGION.SUFFIX, or
+    ebs-fips.REGION.SUFFIX when AWS_USE_FIPS_ENDPOINT is true."""
+    env = os.environ if env is None else env
+    override = env.get("AWS_ENDPOINT_URL_EBS")
+    if override:
+        return override
+    fips = env.get("AWS_USE_FIPS_ENDPOINT", "").strip().lower() == "true"
+    return f"https://ebs{'-fips' if fips else ''}.{region_name}.{dns_suffix(region_name, env)}"

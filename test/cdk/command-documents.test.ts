@@ -264,7 +264,9 @@ describe('the compact-volumes script', () => {
     }
     expect(content.mainSteps[0].inputs.timeoutSeconds).toBe('{{ TimeoutSeconds }}');
     // the program bounds its waits (the seal of a verified snapshot) by what is left of it
-    expect(script).toContain(`SPARSECOPY_BUDGET_SECONDS='{{ TimeoutSeconds }}' python3 "$work/sparsecopy.pyz" job `);
+    expect(script).toContain(
+      `SPARSECOPY_BUDGET_SECONDS='{{ TimeoutSeconds }}' python3 "$work/sparsecopy.pyz" job `,
+    );
   });
 
   /** Runs the script with the parameters substituted; the devices are looked up in an empty by-id directory. */

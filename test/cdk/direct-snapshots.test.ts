@@ -33,7 +33,7 @@ const SNAPSHOTS_OF_THE_REGION = {
   'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':ec2:', { Ref: 'AWS::Region' }, '::snapshot/*']],
 };
 const via = (service: string) => ({
-  'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']],
+  'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }]],
 });
 const NEW_SNAPSHOT_REQUEST_TAGS = {
   StringEquals: {

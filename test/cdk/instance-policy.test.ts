@@ -94,7 +94,7 @@ describe('transfer instance role', () => {
     expect(kms).toHaveLength(1);
     expect(asList(kms[0].Action)).toEqual(EBS_DIRECT_KMS_ACTIONS);
     const region = (service: string) => ({
-      'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']],
+      'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }]],
     });
     expect(kms[0].Condition).toEqual({ StringEquals: { 'kms:ViaService': [region('ec2'), region('ebs')] } });
     expect(JSON.stringify(kms[0].Resource)).toMatch(/:kms:.*:key\/\*/);

@@ -321,7 +321,9 @@ describe('default stack', () => {
     );
     const via = (service: string) => ({
       StringEquals: {
-        'kms:ViaService': { 'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+        'kms:ViaService': {
+          'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }]],
+        },
       },
     });
     const viaEbsDirect = {
@@ -499,7 +501,9 @@ describe('default stack', () => {
     ]);
     expect(kms[0].Condition).toEqual({
       StringEquals: {
-        'kms:ViaService': { 'Fn::Join': ['', ['ec2.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+        'kms:ViaService': {
+          'Fn::Join': ['', ['ec2.', { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }]],
+        },
       },
     });
     expect(JSON.stringify(kms[0].Resource)).toMatch(/:kms:.*:key\/\*/);

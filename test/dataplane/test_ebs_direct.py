@@ -181,6 +181,7 @@ class _Imds:
     def __init__(self) -> None:
         self.expires = "2026-11-23T03:00:00Z"
         self.served = 0
+        self.region, self.domain = "eu-west-3", "amazonaws.com"
         self.failures: list[int] = []  # statuses the next token requests are answered with
         self.token_requests = 0
         owner = self
@@ -209,7 +210,9 @@ class _Imds:
                 if self.headers.get("X-aws-ec2-metadata-token") != "TOKEN":
                     return self._send(401, "")
                 if self.path == "/latest/meta-data/placement/region":
-                    return self._send(200, "eu-west-3")
+                    return self._send(200, owner.region)
+                if self.path == "/latest/meta-data/services/domain":
+                    return self._send(200, owner.domain)
                 if self.path == "/latest/meta-data/iam/security-credentials/":
                     return self._send(200, "transfer-role")
                 owner.served += 1
@@ -337,6 +340,28 @@ def test_an_expired_token_is_refreshed_and_the_request_sent_again(
     with pytest.raises(Failure, match="StartSnapshot: ExpiredTokenException"):
         put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), client)
     assert source.refreshed == 2
+
+
+def test_the_endpoint_follows_the_partition_and_fips() -> None:
+    imds = _Imds()
+    imds.region, imds.domain = "cn-northwest-1", "amazonaws.com.cn"
+    on_ec2 = {"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url}
+    region = credentials.region(on_ec2)
+    assert credentials.endpoint(region, on_ec2) == "https://ebs.cn-northwest-1.amazonaws.com.cn"
+    imds.server.shutdown()
+    for name, expected in {
+        "cn-north-1": "https://ebs.cn-north-1.amazonaws.com.cn",
+        "us-gov-west-1": "https://ebs.us-gov-west-1.amazonaws.com",
+        "us-iso-east-1": "https://ebs.us-iso-east-1.c2s.ic.gov",
+        "us-isob-east-1": "https://ebs.us-isob-east-1.sc2s.sgov.gov",
+        "eu-west-1": "https://ebs.eu-west-1.amazonaws.com",
+    }.items():
+        assert credentials.endpoint(name, {"AWS_REGION": name}) == expected
+    fips = {"AWS_REGION": "us-gov-west-1", "AWS_USE_FIPS_ENDPOINT": "true"}
+    assert (
+        credentials.endpoint("us-gov-west-1", fips)
+        == "https://ebs-fips.us-gov-west-1.amazonaws.com"
+    )
 
 
 def test_environment_credentials_region_and_endpoint_override_imds() -> None:
