@@ -1,18 +1,18 @@
-"""Parallel extent copy with zero-skip: many large aligned reads in flight, only non-zero
-blocks written.
+"""Parallel extent copy: many large aligned reads in flight, every wanted byte written, zeros
+included (the trim method's staging and write-back; blocks.py and volume_sink.py copy the
+plan's blocks).
 
 On a volume restored from a snapshot every first read of a block is an S3 fetch, so throughput
 comes from concurrency (threads release the GIL in os.preadv/os.pwritev). Buffers are mmap'ed
-(page aligned) so the devices can be opened with O_DIRECT. A block of ZERO_BLOCK bytes that is
-all zeros is not written: the target is a never-written volume that already reads as zeros, and
-ZERO_BLOCK divides the 512 KiB EBS snapshot block, so an all-zero EBS block is never touched.
+(page aligned) so the devices can be opened with O_DIRECT. Zeros are written like any other
+bytes: a block of a needed range that holds only zeros must still be stored (issue 19: an
+absent block reads as random bytes on an encrypted restore).
 """
 
 import concurrent.futures
 import mmap
 import os
 import threading
-from collections.abc import Iterator
 from typing import Callable, Optional
 
 from .errors import Failure
@@ -20,10 +20,7 @@ from .extents import Extents, normalize, split
 from .progress import Progress
 
 IO_SIZE = 1024 * 1024
-ZERO_BLOCK = 4096
 MERGE_GAP = 64 * 1024
-_PROBE = 64 * 1024
-_ZEROS = bytes(IO_SIZE)
 
 
 def open_device(path: str, write: bool) -> int:
@@ -38,42 +35,6 @@ def open_device(path: str, write: bool) -> int:
         return os.open(path, flags)
     except OSError as exc:
         raise Failure(f"cannot open {path}: {exc.strerror}") from exc
-
-
-def nonzero_runs(
-    buf: mmap.mmap, length: int, base: int = 0, start: int = 0
-) -> Iterator[tuple[int, int]]:
-    """(offset, length) of the runs in buf[start:length] that are not all zero.
-
-    ``buf`` holds the bytes at absolute offset ``base``. Blocks are cut at absolute multiples of
-    ZERO_BLOCK (the first and last may be shorter), so a written run never reaches into a 512 KiB
-    EBS block that holds only zeros. Slicing an mmap gives bytes, which compare with memcmp:
-    comparing memoryviews goes element by element and ran at 260 MiB/s on zeros.
-    """
-    zeros = _ZEROS
-    run_start: Optional[int] = None
-    pos = start
-    while pos < length:
-        probe_end = min(pos + _PROBE - (base + pos) % _PROBE, length)
-        if buf[pos:probe_end] == zeros[: probe_end - pos]:
-            if run_start is not None:
-                yield run_start, pos - run_start
-                run_start = None
-            pos = probe_end
-            continue
-        block = pos
-        while block < probe_end:
-            end = min(block + ZERO_BLOCK - (base + block) % ZERO_BLOCK, probe_end)
-            if buf[block:end] == zeros[: end - block]:
-                if run_start is not None:
-                    yield run_start, block - run_start
-                    run_start = None
-            elif run_start is None:
-                run_start = block
-            block = end
-        pos = probe_end
-    if run_start is not None:
-        yield run_start, length - run_start
 
 
 Unit = tuple[int, int, tuple[tuple[int, int], ...]]  # (offset, length, wanted parts within)
@@ -125,6 +86,19 @@ def read_exactly(fd: int, view: memoryview, offset: int, length: int, what: str)
         done += n
 
 
+def write_exactly(fd: int, view: memoryview, offset: int) -> None:
+    """All of ``view`` to the target ``fd`` at ``offset`` (plain writes); Failure when one
+    fails."""
+    done = 0
+    while done < len(view):
+        try:
+            done += os.pwritev(fd, [view[done:]], offset + done)
+        except OSError as exc:
+            raise Failure(
+                f"writing the target at byte {offset + done} failed: {exc.strerror}"
+            ) from exc
+
+
 class Copier:
     """Copies extents from one descriptor to another, ``jobs`` requests at a time."""
 
@@ -151,16 +125,6 @@ class Copier:
             self._local.buf = buf
         return buf
 
-    def _write(self, fd: int, view: memoryview, offset: int) -> None:
-        done = 0
-        while done < len(view):
-            try:
-                done += os.pwritev(fd, [view[done:]], offset + done)
-            except OSError as exc:
-                raise Failure(
-                    f"writing the target at byte {offset + done} failed: {exc.strerror}"
-                ) from exc
-
     def _copy_unit(self, src: int, dst: int, unit: Unit, shift: int) -> int:
         offset, length, parts = unit
         buf = self._buffer()
@@ -171,9 +135,8 @@ class Copier:
                 self.on_read(offset, length)
             written = 0
             for part_start, part_end in parts:
-                for start, count in nonzero_runs(buf, part_end, offset, part_start):
-                    self._write(dst, view[start : start + count], offset + start + shift)
-                    written += count
+                write_exactly(dst, view[part_start:part_end], offset + part_start + shift)
+                written += part_end - part_start
         finally:
             view.release()
         with self._lock:
@@ -237,7 +200,7 @@ class Copier:
     def copy(
         self, src: int, dst: int, extents: Extents, progress: Progress, shift: int = 0
     ) -> None:
-        """Copy each extent of ``src`` to the same offset (+ ``shift``) of ``dst``, zero-skipped."""
+        """Copy each extent of ``src`` to the same offset (+ ``shift``) of ``dst``."""
         self._run(self._copy_unit, src, dst, extents, shift, progress)
 
     def compare(self, a: int, b: int, extents: Extents, progress: Progress, shift: int = 0) -> None:

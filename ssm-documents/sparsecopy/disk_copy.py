@@ -1,7 +1,9 @@
-"""``copy``: SOURCE onto the blank TARGET of the same size, reading only what the plan needs.
+"""``copy``: SOURCE onto the blank TARGET of the same size: plan (plan.py) → blocks (blocks.py)
+→ the volume sink (volume_sink.py), with the checks before, the failure mark and the first MiB
+written last.
 
-With a block list (``--source-blocks``) every read is needed ∩ held: the plan's ranges
-(plan_disk), the trim staging (copy_trimmed), the verify compare (the same ranges) and the
+With a block list (``--source-blocks``) every read is needed ∩ held: the blocks' ranges
+(plan_disk), the trim staging (copy_trimmed), the verify compare (the same blocks) and the
 metadata MetaReader parses (zeros where not held)."""
 
 import contextlib
@@ -12,14 +14,16 @@ import time
 from typing import Callable, NamedTuple, Optional, TypeVar
 
 from .blockdev import in_use, sector_size, size_of
-from .copier import Copier, open_device
+from .blocks import BlockSet, Source
+from .copier import open_device
 from .errors import Failure
-from .extents import Extents, align, clip, normalize, total
+from .extents import total
 from .plan import ALLOCATED, TRIM, DiskPlan, MetaReader, Scratch, check_scratch, plan_disk
 from .progress import Progress, log
-from .source_blocks import BLOCK_SIZE, BlockList, Held, against_device, load
-from .trim import copy_trimmed, staged_extents
+from .source_blocks import BlockList, Held, against_device, load
+from .trim import Trimmed, copy_trimmed, staged_extents
 from .verify import fsck_all
+from .volume_sink import VolumeSink, Written
 
 HEAD = 1024 * 1024  # written last, so an unfinished target holds no recognisable table/superblock
 ALIGN = 4096  # the failure mark's size
@@ -139,34 +143,20 @@ def _examine(
     return _Devices(source_fd, target_fd, reader, size, sector_size(source_fd), held)
 
 
-def _direct_ranges(plan: DiskPlan, sector: int, size: int) -> Extents:
-    """What the copier reads itself: outside the partitions and every partition not trimmed.
-
-    Sector-aligned (O_DIRECT) but no wider: widening to 4 KiB would pull free, dirty 1 KiB
-    blocks of small filesystems into the copy. With a block list the extents are already
-    needed ∩ held: an end inside a listed block widens within that block (a sector divides
-    512 KiB), an end on a block boundary is aligned, so no unlisted byte is added."""
-    direct: Extents = list(plan.outside)
-    for part in plan.partitions:
-        if part.method != TRIM:
-            direct.extend(part.extents)
-    return align(normalize(direct), sector, size)
-
-
-def _write(
-    options: CopyOptions, dev: _Devices, plan: DiskPlan, ranges: Extents
-) -> "tuple[int, int]":
-    """The copy itself, the table/superblock last. Returns (bytes read, bytes written)."""
-    on_read = dev.held.touch if dev.held else None
-    copier = Copier(options.jobs, on_read=on_read)
-    # every source byte read: ranges + trim staging (its write-back is a phase of its own)
-    trimmed = [staged_extents(part, dev.held) for part in plan.partitions if part.method == TRIM]
-    progress = Progress("copy", total(ranges) + sum(total(staged) for staged in trimmed))
-    copier.copy(dev.source_fd, dev.target_fd, clip(ranges, HEAD, dev.size), progress)
-    read, written = copier.bytes_read, copier.bytes_written
-    for part in plan.partitions:
-        if part.method == TRIM:
-            staged, kept = copy_trimmed(
+def _write(options: CopyOptions, dev: _Devices, plan: DiskPlan, chosen: BlockSet) -> Written:
+    """The copy itself: plan → blocks → the volume sink, the trim partitions through their
+    scratch images, the first MiB (table, superblock) last."""
+    source = Source(dev.source_fd, dev.size, dev.held)
+    trims = [part for part in plan.partitions if part.method == TRIM]
+    sink = VolumeSink(source, dev.target_fd, options.jobs, [(p.start, p.size) for p in trims])
+    # every source byte read: the blocks' ranges + trim staging (its write-back is its own phase)
+    staged = sum(total(staged_extents(part, dev.held)) for part in trims)
+    progress = Progress("copy", chosen.weight + staged)
+    sink.write(chosen.blocks(first=HEAD), progress)
+    trimmed = []
+    for part in trims:
+        trimmed.append(
+            copy_trimmed(
                 part,
                 dev.source_fd,
                 dev.target_fd,
@@ -176,17 +166,39 @@ def _write(
                 progress,
                 dev.held,
             )
-            read, written = read + staged, written + kept
+        )
     os.fsync(dev.target_fd)
-    head = Copier(options.jobs, on_read=on_read)
-    head.copy(dev.source_fd, dev.target_fd, clip(ranges, 0, HEAD), progress)
+    sink.write(chosen.blocks(end=HEAD), progress)
     os.fsync(dev.target_fd)
     progress.maybe_report(force=True)
     if options.verify:
-        check = Copier(options.jobs, on_read=on_read)
-        check.compare(dev.source_fd, dev.target_fd, ranges, Progress("verify", total(ranges)))
+        check = Progress("verify", chosen.weight)
+        sink.compare(dev.target_fd, chosen.blocks(), check)
+        check.maybe_report(force=True)
         fsck_all(options.target, dev.size, plan.partitions)
-    return read + head.bytes_read, written + head.bytes_written
+    return _written(sink, trimmed)
+
+
+def _written(sink: VolumeSink, trimmed: "list[Trimmed]") -> Written:
+    """The totals of the sink and the trimmed partitions, a block both wrote counted once (all
+    zeros only when both wrote zeros into it)."""
+    zeros = dict(sink.edges)  # the sink's blocks next to a trimmed partition
+    blocks, zero_blocks = sink.blocks_written, sink.zero_blocks
+    for done in trimmed:
+        for index, zero in done.blocks.items():
+            if index in zeros:
+                zero_blocks -= zeros[index]
+                zeros[index] = zeros[index] and zero
+            else:
+                blocks += 1
+                zeros[index] = zero
+            zero_blocks += zeros[index]
+    return Written(
+        sink.source.bytes_read + sum(done.bytes_read for done in trimmed),
+        sink.bytes_written + sum(done.bytes_written for done in trimmed),
+        blocks,
+        zero_blocks,
+    )
 
 
 def _copy_open(options: CopyOptions, dev: _Devices, started: float) -> "dict[str, object]":
@@ -194,12 +206,14 @@ def _copy_open(options: CopyOptions, dev: _Devices, started: float) -> "dict[str
     plan = plan_disk(
         options.source, dev.size, dev.sector, options.method, True, dev.reader, dev.held, scratch
     )
-    ranges = _direct_ranges(plan, dev.sector, dev.size)
-    read, written = _marking_failure(dev.target_fd, lambda: _write(options, dev, plan, ranges))
+    chosen = BlockSet.of(plan, dev.sector, dev.size)
+    done = _marking_failure(dev.target_fd, lambda: _write(options, dev, plan, chosen))
     held = dev.held
     return {
-        "source_bytes_read": read + dev.reader.bytes_read,
-        "target_bytes_written": written,
+        "source_bytes_read": done.bytes_read + dev.reader.bytes_read,
+        "target_bytes_written": done.bytes_written,
+        "blocks_written": done.blocks_written,
+        "zero_blocks": done.zero_blocks,
         "partitions": [p.summary() for p in plan.partitions],
         "verified": options.verify,
         "seconds": round(time.monotonic() - started, 3),
@@ -242,12 +256,7 @@ def inspect_disk(source: str, blocks_file: Optional[str] = None) -> "dict[str, o
         reader.close()
         os.close(fd)
     parts = plan.partitions
-    ranges = align(normalize(plan.outside + [e for p in parts for e in p.extents]), sector, size)
-    count, last = 0, -1
-    for start, length in ranges:
-        first, end = max(start // BLOCK_SIZE, last + 1), (start + length - 1) // BLOCK_SIZE
-        count += max(end - first + 1, 0)
-        last = max(last, end)
+    chosen = BlockSet.of(plan, sector, size, with_trim=True)
     return {
         "source": source,
         "size": size,
@@ -256,6 +265,6 @@ def inspect_disk(source: str, blocks_file: Optional[str] = None) -> "dict[str, o
         "outside_partitions_bytes": total(plan.outside),
         "held_blocks": held.blocks if held else None,
         "live_bytes": total(plan.outside) + sum(total(p.extents) for p in parts),
-        "bytes_to_read": total(ranges),
-        "predicted_blocks": count,
+        "bytes_to_read": chosen.weight,
+        "predicted_blocks": chosen.block_count,
     }

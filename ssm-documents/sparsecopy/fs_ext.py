@@ -1,20 +1,28 @@
 """ext2/3/4: replay the journal with e2fsck, then read the block bitmaps through dumpe2fs.
 
-Group metadata no reader reads counts as free, as ``e2image -ra`` treats it: the inode-table
-blocks no inode can occupy (the whole table of a group flagged INODE_UNINIT; in other groups the
-blocks past the last inode the group may have used, inodes per group minus the descriptor's
-unused-inode count rounded up to whole blocks: the kernel's own bound in ext4_init_inode_table),
-the inode bitmap of an INODE_UNINIT group and the block bitmap of a BLOCK_UNINIT group. mke2fs
-never writes them (lazy_itable_init; uninitialised bitmaps), so on a volume that held data
-before mkfs (no discard, as on EBS) they keep stale bytes until a read-write mount's lazyinit
-thread zeroes the tables. Neither the kernel nor e2fsck reads them while the group descriptor
-checksums hold: the kernel builds an uninitialised group's bitmaps in memory and zeroes a new
-inode's buffer instead of reading a block whose other inodes are all free; libext2fs does the
-same and e2fsck's inode scan stops at the unused count. So they are free only when the
-filesystem has group descriptor checksums (metadata_csum or uninit_bg) and the group's checksum
-is valid: dumpe2fs prints "(EXPECTED 0x...)" after one that does not match (and then fails
-reading the bitmaps, so the plan copies the partition raw); e2fsck would reset the flags and the
-count and read everything.
+Group metadata no reader relies on counts as free (not needed: docs/data-plane.md, "What is
+needed"): the inode-table blocks no inode can occupy of a group NOT flagged ITABLE_ZEROED (the
+whole table of a group flagged INODE_UNINIT; in other groups the blocks past the last inode the
+group may have used, inodes per group minus the descriptor's unused-inode count rounded up to
+whole blocks: the kernel's own bound in ext4_init_inode_table), the inode bitmap of an
+INODE_UNINIT group and the block bitmap of a BLOCK_UNINIT group. mke2fs never writes them
+(lazy_itable_init; uninitialised bitmaps), so on a volume that held data before mkfs (no
+discard, as on EBS) they keep stale bytes until a read-write mount's lazyinit thread zeroes the
+tables (and then sets ITABLE_ZEROED). Neither the kernel nor e2fsck reads them while the group
+descriptor checksums hold: the kernel builds an uninitialised group's bitmaps in memory, zeroes
+a table's tail itself before it flags the group ITABLE_ZEROED, and zeroes a new inode's buffer
+instead of reading a block whose other inodes are all free; libext2fs does the same and
+e2fsck's inode scan stops at the unused count. Their bytes are stale garbage on the source
+already, so random bytes there (an encrypted restore of a block the copy leaves out) are no
+different. So they are free only when the filesystem has group descriptor checksums
+(metadata_csum or uninit_bg) and the group's checksum is valid: dumpe2fs prints "(EXPECTED
+0x...)" after one that does not match (and then fails reading the bitmaps, so the plan copies
+the partition raw); e2fsck would reset the flags and the count and read everything.
+
+A group flagged ITABLE_ZEROED keeps its whole inode table: the flag promises that the unused
+inodes read as zeros, the kernel never zeroes that table again, and any reader that stops
+trusting the unused count (e2fsck after a checksum error, a future tool) reads the tail as
+inodes: random bytes there would look like corrupt inodes.
 
 Backup superblocks and group descriptors stay allocated although e2image -ra copies only the
 primary ones (five 512 KiB chunks on the 2 GiB bench disk): a copy without them checks clean but
@@ -91,13 +99,14 @@ def unread_group_metadata(dump: str) -> Extents:
         uninit = "INODE_UNINIT" in names
         if last - first + 1 != table_blocks or int(unused.group(1)) > per_group:
             continue
+        zeroed = "ITABLE_ZEROED" in names
         for flag, bitmap in (("BLOCK_UNINIT", "Block"), ("INODE_UNINIT", "Inode")):
             at = re.search(rf"^\s+{bitmap} bitmap at (\d+)\b", section, re.M)
             if flag in names and at:
                 out.append((int(at.group(1)) * block_size, block_size))
         used_inodes = 0 if uninit else per_group - int(unused.group(1))
         used_blocks = -(-used_inodes // per_block)
-        if used_blocks < table_blocks:
+        if used_blocks < table_blocks and not zeroed:
             start = (first + used_blocks) * block_size
             out.append((start, (table_blocks - used_blocks) * block_size))
     return out

@@ -1,8 +1,10 @@
 """``sparsecopy put-snapshot``: write an image file or block device as a new EBS snapshot through
-the EBS direct APIs, putting only its non-zero 512 KiB blocks (blocks never put read as zeros).
+the EBS direct APIs, putting every 512 KiB block that holds data, zeros included (a block never
+put reads as zeros on an unencrypted restore but as random bytes on an encrypted one: issue 19,
+awslabs/coldsnap #395/#396).
 
-Holes are skipped without reading (SEEK_DATA / SEEK_HOLE); every other block is read and put
-unless it is all zeros. CompleteSnapshot is called only after every put succeeded; on any
+Holes are skipped without reading (SEEK_DATA / SEEK_HOLE); every other block is read and put.
+CompleteSnapshot is called only after every put succeeded; on any
 failure the snapshot is left open (pending) - StartSnapshot's Timeout cancels it - and the error
 names it."""
 
@@ -19,6 +21,7 @@ from typing import Callable, NamedTuple, Optional
 
 from . import credentials
 from .blockdev import size_of
+from .blocks import Block
 from .ebs_direct import BLOCK, ApiError, Client, aggregate_checksum
 from .errors import Failure
 from .extents import Extents, align, split
@@ -67,7 +70,7 @@ def data_extents(fd: int, size: int) -> Extents:
 
 
 def candidate_blocks(fd: int, size: int) -> "list[int]":
-    """Indexes of the 512 KiB blocks that touch data (still to be zero-checked)."""
+    """Indexes of the 512 KiB blocks that touch data."""
     pieces = split(align(data_extents(fd, size), BLOCK, -(-size // BLOCK) * BLOCK), BLOCK)
     return sorted({start // BLOCK for start, _ in pieces})
 
@@ -104,15 +107,6 @@ def start_spec(opts: PutOptions) -> "dict[str, object]":
     return spec
 
 
-class Block(NamedTuple):
-    """One 512 KiB block to put: its index, the bytes its progress counts and, for a copy into
-    a snapshot, the byte ranges within it that belong to the copy (the rest is put as zeros)."""
-
-    number: int  # the block index
-    weight: int = BLOCK
-    parts: "tuple[tuple[int, int], ...]" = ()
-
-
 def run_deadline(env: "Optional[dict[str, str]]" = None) -> float:
     """time.monotonic() at which the run's budget ends."""
     raw = (os.environ if env is None else env).get(BUDGET_VARIABLE, "")
@@ -126,9 +120,10 @@ def run_deadline(env: "Optional[dict[str, str]]" = None) -> float:
 class Uploader:
     """Puts blocks into one open snapshot with up to ``jobs`` puts in flight (fewer while EBS
     throttles: Client.pacer): ``read(block)`` gives a block's 512 KiB (read again for a retried
-    put); an all-zero block is never put. A block whose put fails with a retryable error after
-    the client's own retries is queued again; the upload fails on any other error, or when no
-    put has succeeded for the client's RetryPolicy.stall seconds."""
+    put). Every block given is put, all-zero ones included (``zero_blocks`` counts them). A
+    block whose put fails with a retryable error after the client's own retries is queued
+    again; the upload fails on any other error, or when no put has succeeded for the client's
+    RetryPolicy.stall seconds."""
 
     def __init__(
         self,
@@ -140,6 +135,7 @@ class Uploader:
         self.client, self.snapshot_id = client, snapshot_id
         self.read, self.jobs = read, jobs
         self.digests: dict[int, bytes] = {}
+        self.zero_blocks = 0
         self.errors: list[tuple[int, Exception]] = []
         self.stop = threading.Event()
         self.changed = threading.Condition()
@@ -167,8 +163,7 @@ class Uploader:
     def _put(self, block: Block) -> bool:
         """Put one block; False when it was queued again."""
         first = [self.read(block)]
-        if first[0] == ZEROS:
-            return True
+        zero = first[0] == ZEROS
 
         def read() -> bytes:  # the first attempt's bytes, then read again
             return first.pop() if first else self.read(block)
@@ -186,6 +181,9 @@ class Uploader:
             return False
         self.digests[block.number] = digest
         self.last_success = self.client.policy.clock()
+        if zero:
+            with self.changed:
+                self.zero_blocks += 1
         return True
 
     def _next(self, blocks: "Iterator[Block]", wait: float) -> Optional[Block]:
@@ -331,6 +329,7 @@ def _put(client: Client, opts: PutOptions, fd: int, size: int) -> "dict[str, obj
         "snapshotId": snapshot_id,
         "status": status,
         "blocks": len(digests),
+        "zero_blocks": uploader.zero_blocks,
         "bytes": len(digests) * BLOCK,
         "checksum": checksum,
         "retries": client.retries,

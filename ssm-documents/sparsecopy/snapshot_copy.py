@@ -2,39 +2,38 @@
 started (StartSnapshot by start_compaction), through the EBS direct APIs, instead of onto a
 target volume.
 
-The source is planned exactly as ``copy`` plans it (the same checks, journal/log replay, the
-block list, the same ranges: disk_copy._direct_ranges). Then the copy streams: every 512 KiB
-block the ranges touch is read from the source, every byte outside the ranges is zeroed (what
-a never-written target volume would hold there), an all-zero block is skipped (never put: it
-reads as zeros), and every other block is put (put_snapshot.Uploader: max(``jobs``,
-PUTS_IN_FLIGHT) puts in flight, ebs_direct's retries). CompleteSnapshot follows only after
-every put succeeded. On any failure the snapshot is never completed: it stays pending until
-StartSnapshot's Timeout ends it (or the workflow's teardown deletes it) and the error says so.
+The snapshot sink of plan → blocks: the source is planned exactly as ``copy`` plans it (the
+same checks, journal/log replay, the block list), and its block set (blocks.BlockSet) is the
+one the volume sink writes. The copy streams: every block of the set is read from the source,
+masked (blocks.Source: bytes outside the plan's ranges zeroed) and put, all-zero blocks
+included (put_snapshot.Uploader: max(``jobs``, PUTS_IN_FLIGHT) puts in flight, ebs_direct's
+retries). CompleteSnapshot follows only after every put succeeded. On any failure the snapshot
+is never completed: it stays pending until StartSnapshot's Timeout ends it (or the workflow's
+teardown deletes it) and the error says so.
 
 ``verify``: after CompleteSnapshot, wait for EBS to seal the snapshot, read every put block back
 (GetSnapshotBlock) and compare it with the source read again and masked the same way. No
 filesystem checker runs: it needs a block device, and the snapshot is not one (each
 partition's ``fsck`` says so). The trim method needs a writable target volume: refused. A btrfs
-partition, which ``allocated`` copies through the trim method, is copied raw (every non-zero
+partition, which ``allocated`` copies through the trim method, is copied raw (every held
 block) instead."""
 
 import contextlib
-import mmap
 import os
-import threading
 import time
 from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
 from .blockdev import sector_size, size_of
-from .copier import open_device, read_exactly
-from .disk_copy import DEFAULT_JOBS, _direct_ranges, check_device
+from .blocks import FULL, Block, BlockSet, Parts, Source
+from .copier import open_device
+from .disk_copy import DEFAULT_JOBS, check_device
 from .ebs_direct import ApiError, Client, aggregate_checksum
 from .errors import Failure
-from .extents import Extents, total
+from .extents import total
 from .plan import ALLOCATED, RAW, TRIM, DiskPlan, MetaReader, plan_disk
 from .progress import Progress, log
-from .put_snapshot import Block, Uploader, open_client, verify
+from .put_snapshot import Uploader, open_client, verify
 from .source_blocks import BLOCK_SIZE, Held, against_device, load
 
 FSCK_NOT_RUN = "not checked: target is a snapshot (blocks read back and compared instead)"
@@ -44,14 +43,12 @@ NO_TRIM = (
 )
 BTRFS_RAW = (
     "target is a snapshot: btrfs is copied by the trim method, which needs a writable target "
-    "volume; copying every non-zero block"
+    "volume; copying every held block"
 )
 # Puts are latency-bound (AWS: ~100 ms a PutSnapshotBlock; its ~500 MB/s example uses ~100
 # connections; the per-snapshot quota is 1,000 puts/s): at least this many are kept in flight,
 # --jobs more (each worker also reads its block from the source first).
 PUTS_IN_FLIGHT = 64
-FULL = ((0, BLOCK_SIZE),)
-Parts = tuple[tuple[int, int], ...]
 
 
 class SnapshotOptions(NamedTuple):
@@ -71,75 +68,23 @@ def left_pending(snapshot_id: str) -> str:
     return f"snapshot {snapshot_id} NOT completed, left pending until its timeout"
 
 
-def touched_blocks(ranges: Extents) -> Iterator[Block]:
-    """The 512 KiB blocks ``ranges`` (sorted, merged) touch, in ascending order, each with the
-    ranges' parts within it (offsets in the block) and their length as its progress weight."""
-    index, parts = -1, list[tuple[int, int]]()
-    for start, length in ranges:
-        pos, end = start, start + length
-        while pos < end:
-            here = pos // BLOCK_SIZE
-            stop = min((here + 1) * BLOCK_SIZE, end)
-            if here != index:
-                if parts:
-                    yield Block(index, sum(b - a for a, b in parts), tuple(parts))
-                index, parts = here, []
-            parts.append((pos - here * BLOCK_SIZE, stop - here * BLOCK_SIZE))
-            pos = stop
-    if parts:
-        yield Block(index, sum(b - a for a, b in parts), tuple(parts))
+class Remembered:
+    """The set's blocks as they are put, remembering the parts of every block they do not fill,
+    so that verify reads each block again masked as it was put."""
 
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.partial: dict[int, Parts] = {}
 
-class Source:
-    """Masked 512 KiB blocks of the open source: read whole into a page-aligned buffer (O_DIRECT
-    safe; the last block of a device that ends inside one is padded with zeros), every byte
-    outside the block's parts zeroed."""
-
-    def __init__(self, fd: int, size: int, held: Optional[Held]) -> None:
-        self.fd, self.size, self.held = fd, size, held
-        self.local = threading.local()
-        self.lock = threading.Lock()
-        self.bytes_read = 0
-        self.partial: dict[int, Parts] = {}  # parts of the blocks the ranges do not fill
-
-    def _buffer(self) -> mmap.mmap:
-        buf = getattr(self.local, "buf", None)
-        if buf is None:
-            buf = self.local.buf = mmap.mmap(-1, BLOCK_SIZE)
-        return buf
-
-    def read(self, block: Block, count: bool = True) -> bytes:
-        """The block, masked; ``count``: a read of the copy (not of verify)."""
-        offset = block.number * BLOCK_SIZE
-        length = min(BLOCK_SIZE, self.size - offset)
-        buf = self._buffer()
-        view = memoryview(buf)
-        try:
-            read_exactly(self.fd, view, offset, length, "the source")
-        finally:
-            view.release()
-        if count:
-            if self.held is not None:
-                self.held.touch(offset, length)
-            with self.lock:
-                self.bytes_read += length
-        if block.parts == FULL and length == BLOCK_SIZE:  # the whole block is copied
-            return buf[:BLOCK_SIZE]
-        out = bytearray(BLOCK_SIZE)  # past the device's end: zeros, never the buffer's last block
-        for lo, hi in block.parts:
-            out[lo : min(hi, length)] = buf[lo : min(hi, length)]
-        return bytes(out)
-
-    def blocks(self, ranges: Extents) -> Iterator[Block]:
-        """touched_blocks, remembering the parts of every block they do not fill (verify)."""
-        for block in touched_blocks(ranges):
+    def blocks(self, chosen: BlockSet) -> Iterator[Block]:
+        for block in chosen.blocks():
             if block.parts != FULL:
                 self.partial[block.number] = block.parts
             yield block
 
     def again(self, index: int) -> bytes:
         """A block read again (verify), masked as it was for its put."""
-        return self.read(Block(index, 0, self.partial.get(index, FULL)), count=False)
+        return self.source.read(Block(index, 0, self.partial.get(index, FULL)), count=False)
 
 
 class _Opened(NamedTuple):
@@ -148,7 +93,7 @@ class _Opened(NamedTuple):
     reader: MetaReader
     held: Optional[Held]
     plan: DiskPlan
-    ranges: Extents
+    chosen: BlockSet
 
 
 def _open(options: SnapshotOptions, opened: contextlib.ExitStack) -> _Opened:
@@ -174,21 +119,31 @@ def _open(options: SnapshotOptions, opened: contextlib.ExitStack) -> _Opened:
         if part.method == TRIM:  # its extents are the whole partition (∩ held): raw's
             part.method, part.note = RAW, BTRFS_RAW
             log(f"partition {part.number}: {BTRFS_RAW}")
-    return _Opened(fd, size, reader, held, plan, _direct_ranges(plan, sector, size))
+    return _Opened(fd, size, reader, held, plan, BlockSet.of(plan, sector, size))
 
 
-def _put_all(
-    client: Client, options: SnapshotOptions, dev: _Opened, source: Source
-) -> "tuple[dict[int, bytes], str, str]":
-    """Every non-zero touched block put, then CompleteSnapshot: (digests, status, checksum)."""
+class _Put(NamedTuple):
+    digests: "dict[int, bytes]"
+    zero_blocks: int
+    status: str  # CompleteSnapshot's
+    checksum: str
+
+
+def _put_all(client: Client, options: SnapshotOptions, dev: _Opened, source: Remembered) -> _Put:
+    """Every block of the set put, zeros included, then CompleteSnapshot."""
     log(f"putting the blocks of {options.source} into snapshot {options.snapshot_id}")
-    progress = Progress("copy", total(dev.ranges))
-    uploader = Uploader(client, options.snapshot_id, source.read, puts_in_flight(options.jobs))
-    digests = uploader.run(source.blocks(dev.ranges), progress)
+    progress = Progress("copy", dev.chosen.weight)
+    read = source.source.read
+    uploader = Uploader(client, options.snapshot_id, read, puts_in_flight(options.jobs))
+    digests = uploader.run(source.blocks(dev.chosen), progress)
     checksum = aggregate_checksum(digests)
     status = client.complete_snapshot(options.snapshot_id, len(digests), checksum)
-    log(f"snapshot {options.snapshot_id}: {len(digests)} blocks put; CompleteSnapshot: {status}")
-    return digests, status, checksum
+    zeros = uploader.zero_blocks
+    log(
+        f"snapshot {options.snapshot_id}: {len(digests)} blocks put ({zeros} all zeros); "
+        f"CompleteSnapshot: {status}"
+    )
+    return _Put(digests, zeros, status, checksum)
 
 
 def copy_to_snapshot(
@@ -201,9 +156,10 @@ def copy_to_snapshot(
     with contextlib.ExitStack() as opened:
         try:
             dev = _open(options, opened)
-            source = Source(dev.fd, dev.size, dev.held)
+            source = Remembered(Source(dev.fd, dev.size, dev.held))
             client = client or open_client()
-            digests, status, checksum = _put_all(client, options, dev, source)
+            put = _put_all(client, options, dev, source)
+            digests, status = put.digests, put.status
         except (Failure, ApiError) as exc:
             raise Failure(f"{left_pending(snapshot_id)}: {exc}") from exc
         except Exception as exc:
@@ -223,9 +179,11 @@ def copy_to_snapshot(
         held = dev.held
         return {
             "targetSnapshotId": snapshot_id,
-            "source_bytes_read": source.bytes_read + dev.reader.bytes_read,
+            "source_bytes_read": source.source.bytes_read + dev.reader.bytes_read,
             "target_bytes_written": len(digests) * BLOCK_SIZE,
             "blocks_put": len(digests),
+            "blocks_written": len(digests),
+            "zero_blocks": put.zero_blocks,
             "partitions": [p.summary() for p in parts],
             "verified": options.verify,
             "seconds": round(time.monotonic() - started, 3),
@@ -234,7 +192,7 @@ def copy_to_snapshot(
             "held_blocks": held.blocks if held else None,
             "held_blocks_read": held.blocks_read() if held else None,
             "snapshot_status": status,
-            "checksum": checksum,
+            "checksum": put.checksum,
             "retries": client.retries,
             "puts_in_flight": puts_in_flight(options.jobs),
         }

@@ -3,7 +3,8 @@
 GetCommandInvocation returns only the first 24,000 characters of StandardOutputContent (also for a
 finished command), so the line the Lambdas parse must fit whatever the number of volumes and
 partitions. Each volume's entry keeps the fields the Lambdas and the report read
-(``source_bytes_read``, ``target_bytes_written``, ``held_blocks``, ``held_blocks_read``; with
+(``source_bytes_read``, ``target_bytes_written``, ``blocks_written``, ``zero_blocks``,
+``held_blocks``, ``held_blocks_read``; with
 ``--target snapshot`` also ``targetSnapshotId`` and ``blocks_put``, ``targetVolumeId`` null), the
 other totals, counts (partitions, methods, fsck results) and as many partition notes, each
 clipped, as fit the volume's budget. The full
@@ -114,6 +115,9 @@ def volume_entry(source_volume_id: str, target_volume_id: Optional[str], summary
         "source_bytes_read": _count(summary.get("source_bytes_read")),
         "target_bytes_written": _count(summary.get("target_bytes_written")),
         "blocks_put": _count(summary.get("blocks_put")),  # snapshot target: blocks put
+        # the 512 KiB blocks written or put (held ∩ needed), and how many held only zeros
+        "blocks_written": _count(summary.get("blocks_written")),
+        "zero_blocks": _count(summary.get("zero_blocks")),
         "outside_partitions_bytes": _count(summary.get("outside_partitions_bytes")),
         # --source-blocks: blocks the snapshot holds, and how many of them the copy read
         "held_blocks": _count(summary.get("held_blocks")),

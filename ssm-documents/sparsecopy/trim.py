@@ -1,20 +1,29 @@
-"""The seed method for one partition: stage its non-zero blocks in a sparse scratch image,
-loop-mount it, fstrim (the kernel punches holes where the filesystem has free space), then copy
-the image's remaining data to the target. Used for filesystems only the kernel can read."""
+"""The seed method for one partition: stage it (∩ held) in a sparse scratch image, zeros
+included, loop-mount it, fstrim (the kernel punches holes where the filesystem has free space),
+then copy the image's remaining data, zeros included, to the target. What fstrim leaves is what
+the kernel's filesystem needs: the trim method's "needed". Used for filesystems only the kernel
+can read."""
 
 import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .blockdev import detach, mounted, run
+from .blocks import ZEROS, touched_blocks
 from .copier import Copier
 from .errors import Failure
-from .extents import Extents, total
+from .extents import Extents, normalize, shift, total
 from .plan import RAW, PartPlan, scratch_room
 from .progress import Progress, log
-from .source_blocks import Held
+from .source_blocks import BLOCK_SIZE, Held
+
+
+class Trimmed(NamedTuple):
+    bytes_read: int  # of the source
+    bytes_written: int
+    blocks: "dict[int, bool]"  # the disk's blocks written: whether the written bytes are zeros
 
 
 def data_extents(fd: int, size: int) -> Extents:
@@ -79,8 +88,8 @@ def copy_trimmed(
     verify: bool,
     progress: Progress,
     held: Optional[Held] = None,
-) -> "tuple[int, int]":
-    """Copy one partition by the trim method. Returns (source bytes read, target bytes written).
+) -> "Trimmed":
+    """Copy one partition by the trim method: what it read of the source and wrote.
 
     Staging counts in ``progress`` (the copy's). With ``held`` (--source-blocks) only the listed
     blocks are staged: the rest of the image stays a hole (the zeros those blocks hold)."""
@@ -96,7 +105,7 @@ def copy_trimmed(
         problem = _fstrim(image, plan.fs)
         if problem:
             log(f"partition {plan.number}: fstrim failed ({problem}); copying it raw")
-            plan.use(RAW, [], f"fstrim failed ({problem}); copied every non-zero block")
+            plan.use(RAW, [], f"fstrim failed ({problem}); copied every staged block")
         image_fd = os.open(image, os.O_RDONLY)
         try:
             kept = data_extents(image_fd, plan.size)
@@ -117,7 +126,19 @@ def copy_trimmed(
                     Progress(f"partition {plan.number}: verifying", total(kept)),
                     shift=plan.start,
                 )
+            found = _kept_blocks(image_fd, kept, plan.start)
         finally:
             os.close(image_fd)
         plan.extents = [(plan.start + s, n) for s, n in kept]
-        return staging.bytes_read, out.bytes_written
+        return Trimmed(staging.bytes_read, out.bytes_written, found)
+
+
+def _kept_blocks(image_fd: int, kept: Extents, start: int) -> "dict[int, bool]":
+    """The disk's blocks the partition's kept bytes touch: whether those bytes are all zeros."""
+    found = {}
+    for block in touched_blocks(normalize(shift(kept, start))):
+        base = block.number * BLOCK_SIZE - start
+        found[block.number] = all(
+            os.pread(image_fd, hi - lo, base + lo) == ZEROS[: hi - lo] for lo, hi in block.parts
+        )
+    return found

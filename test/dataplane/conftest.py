@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from devkit import disks
+from devkit import chunks, disks
 
 # pytest's `pythonpath` (pyproject.toml) puts the repository root (devkit) and ssm-documents
 # (sparsecopy) on sys.path.
@@ -66,8 +66,9 @@ def blank_like(path: Path, dest: Path) -> Path:
 
 
 def working_copy(disk: disks.DiskImage, dest: Path) -> disks.DiskImage:
-    """A private copy of a source image (copying replays journals on the source)."""
-    disks.run("cp", "--sparse=always", str(disk.path), str(dest))
+    """A private copy of a source image (copying replays journals on the source), with the same
+    allocation (the allocated zeros a snapshot holds stay data)."""
+    chunks.copy_image(disk.path, dest)
     copy = disk.copy_at(dest)
     copy.files = disk.files
     return copy

@@ -395,7 +395,7 @@ def test_aggregated_checksum_is_sha256_of_the_raw_digests_in_block_order() -> No
 # ---------------------------------------------------------------- put-snapshot end to end
 
 
-def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
+def test_put_snapshot_round_trip_puts_every_block_holding_data_zeros_included(
     tmp_path: Path, ebs: StandIn
 ) -> None:
     size = 40 * BLOCK + 4096  # the last block is partial: padded with zeros
@@ -413,11 +413,13 @@ def test_put_snapshot_round_trip_puts_exactly_the_non_zero_blocks(
     assert run.returncode == 0, run.stderr
     summary = run.summary
     snap = ebs.snapshots[summary["snapshotId"]]
-    expected = {i: (d + bytes(BLOCK - len(d))) for i, d in written.items() if any(d)}
+    # block 4 holds written zeros: put (an absent block reads random on an encrypted restore)
+    expected = {i: (d + bytes(BLOCK - len(d))) for i, d in written.items()}
     assert snap.advance().status == "completed" and summary["status"] == "completed"
     assert snap.blocks == expected
-    assert ebs.stats.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 4
-    assert summary["bytes"] == 4 * BLOCK and summary["verifiedBlocks"] == 4
+    assert ebs.stats.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 5
+    assert summary["bytes"] == 5 * BLOCK and summary["verifiedBlocks"] == 5
+    assert summary["zero_blocks"] == 1
     assert summary["checksum"] == linear_checksum(snap.blocks)
     assert snap.spec["Tags"] == [{"Key": "a", "Value": "b"}, {"Key": "Name", "Value": "x=y"}]
     assert snap.spec["Description"] == "d" and snap.spec["VolumeSize"] == 1
@@ -678,7 +680,8 @@ def test_put_snapshot_against_the_twins_emulator(tmp_path: Path) -> None:
         run = sparsecopy(*args, "--description", "direct", env=env)
         assert run.returncode == 0, run.stderr
         sid = run.summary["snapshotId"]
-        assert run.summary["blocks"] == 3 and run.summary["verifiedBlocks"] == 3
-        assert sorted(written_chunks(emu.snapshot_file(sid))) == [0, 9, 30]
+        # block 2 holds written zeros: put too, so the snapshot holds it
+        assert run.summary["blocks"] == 4 and run.summary["verifiedBlocks"] == 4
+        assert sorted(written_chunks(emu.snapshot_file(sid))) == [0, 2, 9, 30]
         snap = emu.boto3_client("ec2").describe_snapshots(SnapshotIds=[sid])["Snapshots"][0]
         assert snap["Description"] == "direct" and {"Key": "k", "Value": "v"} in snap["Tags"]

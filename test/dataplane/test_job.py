@@ -79,6 +79,8 @@ def _copy_summary(source: str, partitions: int = 2, note: str = "") -> dict:
     return {
         "source_bytes_read": 1000 * digit,
         "target_bytes_written": 42 * digit,
+        "blocks_written": 7 * digit,
+        "zero_blocks": digit,
         "partitions": parts,
         "verified": True,
         "seconds": 1.5,
@@ -157,6 +159,8 @@ def test_each_volume_finds_both_devices_then_copies_in_job_order() -> None:
         "source_bytes_read": 10000,
         "target_bytes_written": 420,
         "blocks_put": None,
+        "blocks_written": 70,
+        "zero_blocks": 10,
         "outside_partitions_bytes": 1048576,
         "held_blocks": None,
         "held_blocks_read": None,
@@ -364,6 +368,8 @@ def test_entry_fixed_fields_fit_the_volume_budget_at_their_largest() -> None:
     worst = {
         "source_bytes_read": huge,
         "target_bytes_written": huge,
+        "blocks_written": huge,
+        "zero_blocks": huge,
         "outside_partitions_bytes": huge,
         "held_blocks": huge,
         "held_blocks_read": huge,
@@ -746,7 +752,11 @@ def test_the_zipped_job_copies_every_volume_with_its_block_list(
         True,
     )
     assert (second["sourceVolumeId"], second["held_blocks"]) == (SOURCES[1], None)
-    assert first["target_bytes_written"] == 2 * 8192 and second["target_bytes_written"] == 8192
+    # unknown data: every held block (0-2, block 1 all zeros) / every block without a list
+    assert (first["blocks_written"], first["zero_blocks"]) == (3, 1)
+    assert first["target_bytes_written"] == 3 * CHUNK
+    assert (second["blocks_written"], second["zero_blocks"]) == (16, 15)
+    assert second["target_bytes_written"] == 16 * CHUNK
     assert targets[1].read_bytes() == sources[1].read_bytes()
     expected = bytearray(sources[0].read_bytes())
     expected[9 * CHUNK : 10 * CHUNK] = bytes(CHUNK)

@@ -3,10 +3,11 @@ snapshot (ssm-documents/sparsecopy/snapshot_copy.py) against the local stand-in 
 APIs (devkit/ebs_standin.py).
 
 The real job runs on real filesystems (loop devices, root): the completed snapshot holds exactly
-the non-zero 512 KiB blocks of a volume-mode copy of the same source, byte for byte, and no zero
-block is ever put. Faults (a corrupted put, persistent throttling, a snapshot that reads back
-other data) never leave a completed snapshot that was not verified; throttled puts ride through.
-The pairing of the job's lists and the summary line run without root, the copy stood in for."""
+the 512 KiB blocks a volume-mode copy of the same source writes, byte for byte, all-zero ones
+included (the one block set of blocks.py, two sinks). Faults (a corrupted put, persistent
+throttling, a snapshot that reads back other data) never leave a completed snapshot that was
+not verified; throttled puts ride through. The pairing of the job's lists and the summary line
+run without root, the copy stood in for."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any, cast
 import pytest
 from conftest import PROGRAM, Run, attached, blank_like, sparsecopy, working_copy
 from sparsecopy import credentials, ebs_direct, job, snapshot_copy, summary
+from sparsecopy.blocks import BlockSet, Source
 from sparsecopy.device import BY_ID_PREFIX
 from sparsecopy.errors import Failure
 from sparsecopy.snapshot_copy import SnapshotOptions
@@ -69,8 +71,8 @@ def _client(stand_in: StandIn) -> ebs_direct.Client:
 
 
 def _block_list(path: Path, source: Path) -> Path:
-    """The list EBS would give of the source's snapshot: its non-zero 512 KiB blocks."""
-    doc = disks.source_block_list(disks.nonzero_chunks(source), source.stat().st_size)
+    """The list EBS would give of the source's snapshot: the 512 KiB blocks its image holds."""
+    doc = disks.source_block_list(disks.data_chunks(source), source.stat().st_size)
     path.write_text(json.dumps(doc))
     return path
 
@@ -94,10 +96,10 @@ def _served_bundle(directory: Path, lists: dict[int, Path]) -> Iterator[str]:
 
 
 def _blocks_of(path: Path) -> dict[int, bytes]:
-    """The non-zero 512 KiB blocks of a file (a volume-mode target)."""
+    """The 512 KiB blocks a file holds (a volume-mode target: the blocks written)."""
     out = {}
     with path.open("rb") as f:
-        for index in sorted(disks.nonzero_chunks(path)):
+        for index in sorted(disks.data_chunks(path)):
             f.seek(index * BLOCK)
             data = f.read(BLOCK)
             out[index] = data + bytes(BLOCK - len(data))
@@ -172,7 +174,7 @@ def pristine(
 @pytest.mark.needs_root
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("with_list", [False, True], ids=["no-list", "block-list"])
-def test_the_snapshot_holds_exactly_the_nonzero_blocks_of_a_volume_copy(
+def test_the_snapshot_holds_exactly_the_blocks_a_volume_copy_writes(
     pristine: disks.DiskImage, with_list: bool, tmp_path: Path, ebs: StandIn
 ) -> None:
     source = working_copy(pristine, tmp_path / "source.img")
@@ -206,17 +208,19 @@ def test_the_snapshot_holds_exactly_the_nonzero_blocks_of_a_volume_copy(
         assert sorted(snap.blocks) == sorted(expected)
     for index, data in expected.items():
         assert snap.blocks[index] == data, f"block {index} differs from the volume copy"
-    # every put was one non-zero block, put once (no faults: no retries)
+    # every block of the set put once (no faults: no retries), the all-zero ones counted
     assert ebs.stats.requests["PutSnapshotBlock"] == len(snap.blocks)
-    assert all(data.strip(b"\0") for data in snap.blocks.values())
+    zeros = [i for i, data in snap.blocks.items() if not data.strip(b"\0")]
     (volume,) = run.summary["volumes"]
+    assert volume["zero_blocks"] == len(zeros) and volume["blocks_written"] == len(snap.blocks)
     assert volume["targetSnapshotId"] == snapshot_id and volume["targetVolumeId"] is None
     assert volume["blocks_put"] == len(snap.blocks)
     assert volume["target_bytes_written"] == len(snap.blocks) * BLOCK
     assert volume["verified"] is True
     assert volume["partition_count"] >= 1
     assert volume["fsck"] == {"not_checked": volume["partition_count"]}
-    assert volume["held_blocks"] == (len(disks.nonzero_chunks(pristine.path)) if listed else None)
+    held = len(json.loads(listed.read_text())["Blocks"]) if listed else None
+    assert volume["held_blocks"] == held
     assert "verify (volume 1/1): 100.0%" in run.stderr
     assert snapshot_copy.FSCK_NOT_RUN in run.stderr
 
@@ -264,9 +268,7 @@ def test_a_corrupted_put_never_completes_and_the_error_line_names_the_snapshot(
 
 @pytest.mark.needs_root
 @pytest.mark.usefixtures("no_leaks")
-def test_btrfs_which_allocated_trims_is_put_raw_every_nonzero_block(
-    tmp_path: Path, ebs: StandIn
-) -> None:
+def test_btrfs_which_allocated_trims_is_put_raw_every_block(tmp_path: Path, ebs: StandIn) -> None:
     source = disks.build_btrfs(tmp_path / "a.img")
     snapshot_id = _start(ebs, source.size)
     with _instance(tmp_path, {SOURCES[0]: source.path}) as by_id:
@@ -275,7 +277,11 @@ def test_btrfs_which_allocated_trims_is_put_raw_every_nonzero_block(
     (volume,) = run.summary["volumes"]
     assert volume["methods"] == {"raw": 1}
     assert volume["notes"] == [f"partition 1 (btrfs, raw): {snapshot_copy.BTRFS_RAW}"]
-    assert ebs.snapshots[snapshot_id].blocks == _blocks_of(source.path)
+    # no block list: every block of a raw partition, zeros included
+    held = _blocks_of(source.path)
+    every = {i: held.get(i, bytes(BLOCK)) for i in range(source.size // BLOCK)}
+    assert ebs.snapshots[snapshot_id].blocks == every
+    assert volume["zero_blocks"] == sum(1 for d in every.values() if not d.strip(b"\0")) > 0
 
 
 PYTHON_39 = python39()
@@ -356,7 +362,7 @@ def test_throttled_failed_and_dropped_puts_ride_through_and_complete(
 def test_at_least_64_puts_are_kept_in_flight_whatever_the_jobs(tmp_path: Path) -> None:
     """Puts are latency-bound: --jobs 16 still keeps up to PUTS_IN_FLIGHT in flight, never more."""
     limit = snapshot_copy.PUTS_IN_FLIGHT
-    image = tmp_path / "data.img"  # no table, no filesystem: every non-zero block is copied
+    image = tmp_path / "data.img"  # no table, no filesystem, no list: every block is copied
     disks.create_sparse(image, 96 * disks.MIB)
     with image.open("r+b") as f:
         for index in range(1, 2 * limit + 20):
@@ -364,7 +370,8 @@ def test_at_least_64_puts_are_kept_in_flight_whatever_the_jobs(tmp_path: Path) -
             f.write(bytes([index % 251 + 1]) * BLOCK)
     with StandIn(latency=1.0, max_concurrency=limit) as slow, attached(image) as device:
         _, result = _copy(device, slow, jobs=16)
-    assert result["blocks_put"] == 2 * limit + 19
+    assert result["blocks_put"] == 96 * disks.MIB // BLOCK
+    assert result["zero_blocks"] == 96 * disks.MIB // BLOCK - (2 * limit + 19)
     assert result["puts_in_flight"] == limit == 64
     # all 64 workers are busy for a 1 s put (a loaded machine may start the last few late)
     assert limit * 3 // 4 <= slow.stats.max_in_flight <= limit and slow.stats.rejected == 0
@@ -412,34 +419,19 @@ def test_the_trim_method_is_refused_before_anything_is_read_or_put(
 # ---------------------------------------------------------------- units, no root
 
 
-def test_touched_blocks_carry_the_parts_of_the_ranges_in_each_block() -> None:
-    ranges = [(0, 4096), (8192, 512), (BLOCK - 512, 1024), (3 * BLOCK, 2 * BLOCK + 512)]
-    blocks = list(snapshot_copy.touched_blocks(ranges))
-    assert [(b.number, b.parts) for b in blocks] == [
-        (0, ((0, 4096), (8192, 8704), (BLOCK - 512, BLOCK))),
-        (1, ((0, 512),)),
-        (3, ((0, BLOCK),)),
-        (4, ((0, BLOCK),)),
-        (5, ((0, 512),)),
-    ]
-    assert sum(b.weight for b in blocks) == sum(n for _, n in ranges)
-
-
-def test_source_blocks_are_masked_and_padded(tmp_path: Path) -> None:
+def test_verify_reads_a_block_again_masked_as_it_was_put(tmp_path: Path) -> None:
     path = tmp_path / "disk.img"
-    path.write_bytes(b"\x01" * BLOCK + b"\x02" * 4096)  # the last block ends 4 KiB in
+    path.write_bytes(b"\x01" * BLOCK + b"\x02" * 4096)
     fd = os.open(path, 0)
     try:
-        source = snapshot_copy.Source(fd, BLOCK + 4096, None)
-        first = source.read(snapshot_copy.Block(0, 0, ((512, 1024),)))
-        last = source.read(snapshot_copy.Block(1, 0, ((0, 4096),)))
-        whole = source.read(snapshot_copy.Block(0, 0, snapshot_copy.FULL))
-        assert first == bytes(512) + b"\x01" * 512 + bytes(BLOCK - 1024)
-        assert last == b"\x02" * 4096 + bytes(BLOCK - 4096)
-        assert whole == b"\x01" * BLOCK
-        assert source.bytes_read == 2 * BLOCK + 4096
-        assert source.again(1) == b"\x02" * 4096 + bytes(BLOCK - 4096)  # not counted
-        assert source.bytes_read == 2 * BLOCK + 4096
+        source = Source(fd, BLOCK + 4096, None)
+        remembered = snapshot_copy.Remembered(source)
+        chosen = BlockSet([(512, 512), (BLOCK, 4096)], 2)
+        assert [b.number for b in remembered.blocks(chosen)] == [0, 1]
+        read = source.bytes_read
+        assert remembered.again(0) == bytes(512) + b"\x01" * 512 + bytes(BLOCK - 1024)
+        assert remembered.again(1) == b"\x02" * 4096 + bytes(BLOCK - 4096)
+        assert source.bytes_read == read  # verify's reads are not the copy's
     finally:
         os.close(fd)
 
@@ -580,6 +572,8 @@ def test_the_snapshot_fields_stay_within_the_volume_budget() -> None:
     worst = {
         "targetSnapshotId": "snap-" + "f" * 10_000,
         "blocks_put": huge,
+        "blocks_written": huge,
+        "zero_blocks": huge,
         "source_bytes_read": huge,
         "target_bytes_written": huge,
         "outside_partitions_bytes": huge,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import mmap
 import os
 import random
 import struct
@@ -11,8 +10,22 @@ from pathlib import Path
 
 import pytest
 from conftest import PROGRAM
-from sparsecopy import bitmap, copier, extents, fs_fat, fs_ntfs, partitions, probe, progress
+from sparsecopy import (
+    bitmap,
+    blocks,
+    copier,
+    extents,
+    fs_fat,
+    fs_ntfs,
+    partitions,
+    plan,
+    probe,
+    progress,
+    source_blocks,
+    volume_sink,
+)
 
+from devkit import chunks
 from devkit import disks as images
 
 
@@ -65,51 +78,118 @@ def test_extents_split_cuts_on_absolute_boundaries() -> None:
     assert extents.split([(100, 300)], 128) == [(100, 28), (128, 128), (256, 128), (384, 16)]
 
 
-# ---------------------------------------------------------------- zero-skip
+# ---------------------------------------------------------------- plan → blocks → sink
+
+BLOCK = source_blocks.BLOCK_SIZE
 
 
-def _runs(data: bytes, base: int = 0) -> list[tuple[int, int]]:
-    buf = mmap.mmap(-1, max(len(data), 1))
-    buf[: len(data)] = data
+def test_touched_blocks_carry_the_parts_of_the_ranges_in_each_block() -> None:
+    ranges = [(0, 4096), (8192, 512), (BLOCK - 512, 1024), (3 * BLOCK, 2 * BLOCK + 512)]
+    found = list(blocks.touched_blocks(ranges))
+    assert [(b.number, b.parts) for b in found] == [
+        (0, ((0, 4096), (8192, 8704), (BLOCK - 512, BLOCK))),
+        (1, ((0, 512),)),
+        (3, ((0, BLOCK),)),
+        (4, ((0, BLOCK),)),
+        (5, ((0, 512),)),
+    ]
+    assert sum(b.weight for b in found) == sum(n for _, n in ranges)
+
+
+def _plan(
+    parts: list[tuple[str, list[tuple[int, int]]]], outside: list[tuple[int, int]]
+) -> plan.DiskPlan:
+    layout = partitions.Layout("gpt", [], "")
+    plans = []
+    for number, (method, extents_) in enumerate(parts, start=1):
+        part = plan.PartPlan(partitions.Partition(number, extents_[0][0], 8 * BLOCK, ""), "ext4")
+        part.use(method, extents_)
+        plans.append(part)
+    return plan.DiskPlan(layout, plans, outside)
+
+
+def test_the_block_set_is_every_block_the_plan_touches_trim_only_for_the_dry_run() -> None:
+    disk = _plan(
+        [
+            ("allocated", [(2 * BLOCK + 512, 1024), (5 * BLOCK, BLOCK + 1)]),
+            ("trim", [(9 * BLOCK, 3 * BLOCK)]),
+        ],
+        [(0, 4096)],
+    )
+    chosen = blocks.BlockSet.of(disk, 512, 16 * BLOCK)
+    assert [b.number for b in chosen.blocks()] == [0, 2, 5, 6]
+    assert chosen.block_count == 4
+    assert chosen.weight == 4096 + 1024 + BLOCK + 512  # sector-aligned
+    assert [b.number for b in chosen.blocks(first=BLOCK)] == [2, 5, 6]
+    assert [b.number for b in chosen.blocks(end=3 * BLOCK)] == [0, 2]
+    dry = blocks.BlockSet.of(disk, 512, 16 * BLOCK, with_trim=True)
+    assert dry.block_count == 7
+
+
+def test_source_blocks_are_masked_padded_and_only_their_parts_read(tmp_path: Path) -> None:
+    path = tmp_path / "disk.img"
+    path.write_bytes(b"\x01" * BLOCK + b"\x02" * 4096)  # the last block ends 4 KiB in
+    fd = os.open(path, 0)
     try:
-        return list(copier.nonzero_runs(buf, len(data), base))
+        source = blocks.Source(fd, BLOCK + 4096, None)
+        parts = ((512, 1024), (200_000, 200_512))  # far apart: two reads, the gap masked
+        first = source.read(blocks.Block(0, 0, parts))
+        last = source.read(blocks.Block(1, 0, ((0, 4096),)))
+        whole = source.read(blocks.Block(0, 0, blocks.FULL))
+        near = source.read(blocks.Block(0, 0, ((0, 512), (4096, 4608))))  # one merged read
+        assert first == (
+            bytes(512)
+            + b"\x01" * 512
+            + bytes(200_000 - 1024)
+            + b"\x01" * 512
+            + bytes(BLOCK - 200_512)
+        )
+        assert last == b"\x02" * 4096 + bytes(BLOCK - 4096)
+        assert whole == b"\x01" * BLOCK
+        assert near == b"\x01" * 512 + bytes(3584) + b"\x01" * 512 + bytes(BLOCK - 4608)
+        assert source.bytes_read == 1024 + 4096 + BLOCK + 4608
+        source.read(blocks.Block(0, 0, blocks.FULL), count=False)
+        assert source.bytes_read == 1024 + 4096 + BLOCK + 4608
     finally:
-        buf.close()
+        os.close(fd)
 
 
-def test_nonzero_runs_skips_zero_blocks_and_merges_neighbours() -> None:
-    data = bytearray(64 * 4096)
-    data[4096 + 7] = 1
-    data[2 * 4096] = 1
-    data[10 * 4096 + 4095] = 9
-    assert _runs(bytes(data)) == [(4096, 8192), (10 * 4096, 4096)]
-    assert _runs(bytes(1024 * 1024)) == []
-
-
-def test_nonzero_runs_cut_at_absolute_block_boundaries() -> None:
-    """A buffer starting mid-block: blocks end at absolute 4 KiB multiples, so a non-zero byte
-    just before a 512 KiB boundary never drags zeros of the next EBS block into the write."""
-    base = 512 * 1024 - 6144  # 1.5 blocks before the boundary
-    data = bytearray(16384)
-    data[6143] = 1  # last byte before the boundary
-    assert _runs(bytes(data), base) == [(2048, 4096)]
-
-
-def test_nonzero_runs_match_a_brute_force_scan() -> None:
-    rng = random.Random(5)
-    data = bytearray(300 * 1024)
-    for _ in range(40):
-        data[rng.randrange(len(data))] = 1
-    base = 3 * 512
-    got: set[int] = set()
-    for start, length in _runs(bytes(data), base):
-        got.update(range(start, start + length))
-    for i, byte in enumerate(data):
-        if byte:
-            assert i in got
-    for start, length in _runs(bytes(data), base):
-        assert (base + start) % 4096 == 0 or start == 0
-        assert (base + start + length) % 4096 == 0 or start + length == len(data)
+def test_the_volume_sink_writes_whole_masked_blocks_zeros_included(tmp_path: Path) -> None:
+    """Every block of the set is written (allocated on the sparse target, as on EBS), an
+    all-zero one too; bytes outside the parts are zero; keep_out is never written."""
+    size = 4 * BLOCK
+    source, target = tmp_path / "source.bin", tmp_path / "target.bin"
+    data = bytearray(random.Random(3).randbytes(size))
+    data[BLOCK : 2 * BLOCK] = bytes(BLOCK)  # a needed block of zeros
+    source.write_bytes(bytes(data))
+    images.create_sparse(target, size)
+    with open(target, "r+b") as f:
+        f.seek(3 * BLOCK)
+        f.write(b"\xee" * 4096)  # a trim partition's bytes in block 3
+    chosen = [
+        blocks.Block(0, 0, ((0, 4096),)),
+        blocks.Block(1, 0, blocks.FULL),
+        blocks.Block(3, 0, ((8192, 12288),)),
+    ]
+    src = copier.open_device(str(source), write=False)
+    dst = copier.open_device(str(target), write=True)
+    try:
+        sink = volume_sink.VolumeSink(blocks.Source(src, size, None), dst, 2, [(3 * BLOCK, 4096)])
+        sink.write(chosen, progress.Progress("test", 1))
+        sink.compare(dst, chosen, progress.Progress("verify", 1))
+    finally:
+        os.close(src)
+        os.close(dst)
+    result = target.read_bytes()
+    assert result[:4096] == data[:4096] and result[4096:BLOCK] == bytes(BLOCK - 4096)
+    assert result[BLOCK : 2 * BLOCK] == bytes(BLOCK)
+    assert result[3 * BLOCK : 3 * BLOCK + 4096] == b"\xee" * 4096
+    assert (
+        result[3 * BLOCK + 8192 : 3 * BLOCK + 12288] == data[3 * BLOCK + 8192 : 3 * BLOCK + 12288]
+    )
+    assert chunks.written_chunks(target) == {0, 1, 3}
+    assert (sink.blocks_written, sink.zero_blocks) == (3, 1)
+    assert sink.bytes_written == 3 * BLOCK - 4096
 
 
 # ---------------------------------------------------------------- bitmaps and NTFS runs
@@ -291,12 +371,14 @@ def test_read_units_cover_exactly_the_extents() -> None:
     assert len(units) < len(extents.split(wanted, copier.IO_SIZE))
 
 
-def test_copier_writes_only_wanted_non_zero_blocks(tmp_path: Path) -> None:
-    """Reads that span free gaps full of old data must not write the gaps."""
+def test_copier_writes_every_wanted_byte_zeros_included_never_the_gaps(tmp_path: Path) -> None:
+    """Reads that span free gaps full of old data must not write the gaps; a zero run inside a
+    wanted range is written (allocated), not left a hole."""
     size = 4 * images.MIB
     source, target = tmp_path / "source.bin", tmp_path / "target.bin"
     data = bytearray(random.Random(3).randbytes(size))
-    data[1 * images.MIB : 1 * images.MIB + 8192] = bytes(8192)  # a zero run inside a wanted range
+    zero_run = (2 * images.MIB, 8192)
+    data[zero_run[0] : zero_run[0] + zero_run[1]] = bytes(zero_run[1])
     source.write_bytes(bytes(data))
     images.create_sparse(target, size)
     wanted = [(0, 12288), (16384, 4096), (40960, 8192), (images.MIB - 4096, 3 * images.MIB)]
@@ -317,8 +399,8 @@ def test_copier_writes_only_wanted_non_zero_blocks(tmp_path: Path) -> None:
         block = slice(pos, pos + 4096)
         expected = data[block] if inside[pos] else bytes(4096)
         assert result[block] == expected, f"block at {pos}"
-    # Everything wanted was written except the zero run, which stays a hole.
-    assert engine.bytes_written == extents.total(wanted) - 8192
+    assert engine.bytes_written == extents.total(wanted)
+    assert extents.intersect(chunks.data_extents(target), [zero_run]) == [zero_run]
 
 
 def _ntfs_with_restart_pages(path: Path, pages: list[tuple[int, int]]) -> None:
