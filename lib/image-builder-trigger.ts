@@ -1,4 +1,4 @@
-import { ArnFormat, CfnElement, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, CfnElement, CfnRule, Fn, Stack, Token, Validations } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as targets from 'aws-cdk-lib/aws-events-targets';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -18,6 +18,19 @@ export const IMAGE_BUILDER_SOURCE = 'aws.imagebuilder';
 export const IMAGE_STATE_CHANGE = 'EC2 Image Builder Image State Change';
 
 const NAG = 'AwsSolutions::AwsSolutions-';
+
+/**
+ * The statuses an image passes through while it is built (Image Builder's ImageStatus): AVAILABLE after one of
+ * them is a new image; AVAILABLE after DEPRECATED or DISABLED is an old one set back, not to be compacted again.
+ */
+export const IMAGE_BUILD_STATES = [
+  'PENDING',
+  'CREATING',
+  'BUILDING',
+  'TESTING',
+  'DISTRIBUTING',
+  'INTEGRATING',
+];
 
 export interface ImageBuilderTriggerProps {
   readonly stateMachine: sfn.StateMachine;
@@ -45,6 +58,7 @@ export class ImageBuilderTrigger extends Construct {
     if (props.pipelineArns.length === 0) {
       throw new Error('ImageBuilderTrigger needs at least one pipeline ARN (imageBuilderPipelineArns)');
     }
+    this.refuseOtherRegionsAndAccounts(props.pipelineArns);
     this.role = new iam.Role(this, 'Role', {
       assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
       description: `ebs-snapshot-compactor Image Builder trigger: starts executions of ${Stack.of(this).stackName}`,
@@ -68,11 +82,46 @@ export class ImageBuilderTrigger extends Construct {
       eventPattern: {
         source: [IMAGE_BUILDER_SOURCE],
         detailType: [IMAGE_STATE_CHANGE],
-        detail: { state: { status: ['AVAILABLE'] } },
+        detail: { state: { status: ['AVAILABLE'] }, 'previous-state': { status: IMAGE_BUILD_STATES } },
       },
     });
     this.rule.addTarget(new targets.LambdaFunction(this.fn, props.delivery));
     this.acknowledge(props.stateMachine);
+  }
+
+  /**
+   * A pipeline of another Region or account never sends its events to this stack's default bus, and GetImage is
+   * granted only here: refused at synth when the stack's environment is known, else by a CloudFormation rule at
+   * deploy (an env-agnostic stack learns its Region and account only then).
+   */
+  private refuseOtherRegionsAndAccounts(pipelineArns: string[]): void {
+    const stack = Stack.of(this);
+    const parts = pipelineArns.map((arn) => ({ arn, region: arn.split(':')[3], account: arn.split(':')[4] }));
+    for (const { arn, region, account } of parts) {
+      for (const [what, own, theirs] of [
+        ['Region', stack.region, region],
+        ['account', stack.account, account],
+      ]) {
+        if (!Token.isUnresolved(own) && own !== theirs) {
+          throw new Error(
+            `imageBuilderPipelineArns: ${arn} is in ${what} ${theirs}, not this stack's ${own}: its events never ` +
+              `reach this stack; deploy the stack in that ${what} (docs/deploy.md, "Image Builder trigger")`,
+          );
+        }
+      }
+    }
+    new CfnRule(this, 'PipelinesInThisRegionAndAccount', {
+      assertions: parts.flatMap(({ arn, region, account }) => [
+        {
+          assert: Fn.conditionEquals(region, stack.region),
+          assertDescription: `imageBuilderPipelineArns: ${arn} is not in this stack's Region: deploy the stack there`,
+        },
+        {
+          assert: Fn.conditionEquals(account, stack.account),
+          assertDescription: `imageBuilderPipelineArns: ${arn} is not in this stack's account: deploy the stack there`,
+        },
+      ]),
+    });
   }
 
   /** Read the image, start and find executions, write its own logs. */

@@ -55,7 +55,13 @@ describe('imageBuilderPipelineArns set', () => {
     expect(rule.EventPattern).toEqual({
       source: ['aws.imagebuilder'],
       'detail-type': ['EC2 Image Builder Image State Change'],
-      detail: { state: { status: ['AVAILABLE'] } },
+      // an image set back to AVAILABLE (from DEPRECATED or DISABLED) is not a new build: not compacted again
+      detail: {
+        state: { status: ['AVAILABLE'] },
+        'previous-state': {
+          status: ['PENDING', 'CREATING', 'BUILDING', 'TESTING', 'DISTRIBUTING', 'INTEGRATING'],
+        },
+      },
     });
     expect(rule.Targets).toHaveLength(1);
     expect(rule.Targets[0]).toEqual(
@@ -148,6 +154,31 @@ describe('imageBuilderPipelineArns set', () => {
     );
     expect(alarms).toHaveLength(1);
     expect(alarms[0].Properties).toMatchObject({ Namespace: 'AWS/Lambda', Statistic: 'Sum', Period: 300 });
+  });
+
+  test('a pipeline of another Region or account is refused: at synth with a known environment, else by a deploy-time rule', () => {
+    const rules = template.toJSON().Rules as Record<string, { Assertions: Resource[] }>;
+    const assertions = Object.entries(rules)
+      .filter(([id]) => id.startsWith('TriggersImageBuilderPipelinesInThisRegionAndAccount'))
+      .flatMap(([, r]) => r.Assertions);
+    expect(assertions).toHaveLength(4); // Region and account of each of the two pipelines
+    expect(assertions).toContainEqual({
+      Assert: { 'Fn::Equals': ['us-east-1', { Ref: 'AWS::Region' }] },
+      AssertDescription: expect.stringContaining(`${PIPELINE} is not in this stack's Region`),
+    });
+    expect(assertions).toContainEqual({
+      Assert: { 'Fn::Equals': ['111122223333', { Ref: 'AWS::AccountId' }] },
+      AssertDescription: expect.stringContaining(`${PIPELINE} is not in this stack's account`),
+    });
+    const inEnv = (region: string, account: string) => () => {
+      const app = new App({ context: withCdkJsonContext({ imageBuilderPipelineArns: [PIPELINE] }) });
+      new CompactorStack(app, 'InEnv', { settings: readSettings(app.node), env: { region, account } });
+    };
+    expect(inEnv('eu-west-1', '111122223333')).toThrow(/is in Region us-east-1, not this stack's eu-west-1/);
+    expect(inEnv('us-east-1', '444455556666')).toThrow(
+      /is in account 111122223333, not this stack's 444455556666/,
+    );
+    expect(inEnv('us-east-1', '111122223333')).not.toThrow();
   });
 
   test('a pipeline ARN that is not one is refused at synth', () => {
