@@ -7,17 +7,18 @@ Usage: python -m bench.direct_write [--size 5G] [--data 2G] [--latency-ms 100,20
 
 The data: a sparse image of SIZE bytes holding DATA bytes of random data in runs of whole
 512 KiB blocks at random places (seeded), plus a few blocks that hold a little data and a few
-written with zeros (allocated, but nothing to put). Both paths must carry exactly its non-zero
-blocks.
+written with zeros (allocated: a snapshot holds them). Both paths must carry exactly its held
+blocks, the written zeros included (issue #19: an absent block reads as random bytes on an
+encrypted restore).
 
 - read: the floor on this disk: the image's data blocks read once, cold, in one thread.
 - direct: devkit/ebs_standin.py in its own process (bench/ebs_server.py) with a stated
   per-request latency and concurrency limit; `sparsecopy put-snapshot IMAGE --jobs J` (SEEK_DATA
-  finds the data, zero blocks are not put, CompleteSnapshot after the last put). Afterwards the
-  stand-in's snapshot must hold exactly the image's non-zero blocks (SHA-256 each).
+  finds the data, written zero blocks are put too, CompleteSnapshot after the last put).
+  Afterwards the stand-in's snapshot must hold exactly the image's held blocks (SHA-256 each).
 - block (root: loop devices): `sparsecopy copy SOURCE TARGET --method allocated --source-blocks
   LIST` from a loop device over the image to one over a blank sparse file, then fsync; the
-  target must then hold exactly the image's non-zero blocks.
+  target must then hold exactly the image's held blocks.
 
 Every run starts on a cold page cache (root). Exit status: 0 every run verified, 2 some run
 failed or did not verify, 1 the bench itself failed.
@@ -68,7 +69,7 @@ ENV = {
     "AWS_REGION": "us-east-1",
 }
 PARTIAL_BLOCKS = 3  # blocks holding 4 KiB of data and zeros after it
-ZERO_BLOCKS = 3  # blocks written with zeros: allocated in the image, nothing to put
+ZERO_BLOCKS = 3  # blocks written with zeros: allocated in the image, held, put all the same
 
 
 @dataclass
@@ -119,8 +120,8 @@ def data_layout(size: int, data: int, seed: int) -> tuple[list[tuple[int, int]],
 
 
 def build_image(path: Path, size: int, data: int, seed: int = 7) -> dict[int, str]:
-    """Write the data image; return its non-zero blocks (index -> SHA-256 hex), computed while
-    writing, independently of the reader below."""
+    """Write the data image; return its held blocks (index -> SHA-256 hex), the zero blocks
+    included, computed while writing, independently of the reader below."""
     runs, zero_blocks = data_layout(size, data, seed)
     expected: dict[int, str] = {}
     path.unlink(missing_ok=True)
@@ -135,22 +136,21 @@ def build_image(path: Path, size: int, data: int, seed: int = 7) -> dict[int, st
         for index in zero_blocks:
             f.seek(index * CHUNK)
             f.write(bytes(CHUNK))
+            expected[index] = hashlib.sha256(bytes(CHUNK)).hexdigest()
         f.flush()
         os.fsync(f.fileno())
     return expected
 
 
-def nonzero_blocks(path: Path) -> dict[int, str]:
-    """The non-zero 512 KiB blocks of an image file (index -> SHA-256 hex); holes are skipped."""
+def held_blocks(path: Path) -> dict[int, str]:
+    """The 512 KiB blocks an image file holds (index -> SHA-256 hex), written zeros included;
+    holes are skipped."""
     found: dict[int, str] = {}
-    zeros = bytes(CHUNK)
     with path.open("rb") as f:
         for index in sorted(written_chunks(path)):
             f.seek(index * CHUNK)
             block = f.read(CHUNK)
-            block += bytes(CHUNK - len(block))
-            if block != zeros:
-                found[index] = hashlib.sha256(block).hexdigest()
+            found[index] = hashlib.sha256(block + bytes(CHUNK - len(block))).hexdigest()
     return found
 
 
@@ -306,20 +306,20 @@ def job_once(program: Path, image: Path, work: Path, run: Run, log: Path) -> dic
 
 def read_once(image: Path, run: Run) -> dict[int, str]:
     """The floor: read the image's data blocks once, cold, in one thread, keeping nothing (what
-    every copy must at least do on this disk). Returns the image's non-zero blocks (hashed after
+    every copy must at least do on this disk). Returns the image's held blocks (hashed after
     the timed read)."""
     cold_cache()
-    zeros, count = bytes(CHUNK), 0
+    count = 0
     cpu, started = time.process_time(), time.monotonic()
     with image.open("rb", buffering=0) as f:
         for index in sorted(written_chunks(image)):
-            count += os.pread(f.fileno(), CHUNK, index * CHUNK) != zeros
+            count += len(os.pread(f.fileno(), CHUNK, index * CHUNK)) > 0
     run.seconds_runs.append(round(time.monotonic() - started, 2))
     run.client_cpu_seconds = round(time.process_time() - cpu, 2)
     run.blocks, run.bytes = count, count * CHUNK
-    found = nonzero_blocks(image)
+    found = held_blocks(image)
     if count != len(found):
-        run.problems.append(f"read {count} non-zero blocks, the image has {len(found)}")
+        run.problems.append(f"read {count} held blocks, the image has {len(found)}")
     return found
 
 
@@ -413,7 +413,7 @@ def one_run(
     try:
         chunks = written_chunks(target)
         run.blocks, run.bytes = len(chunks), len(chunks) * CHUNK
-        return nonzero_blocks(target)
+        return held_blocks(target)
     finally:
         target.unlink()
 
@@ -534,7 +534,7 @@ def config(
 def caption(cfg: dict[str, Any]) -> str:
     return (
         f"{cfg['date']}: a {cfg['volume_bytes'] / GIB:,.1f} GiB volume image holding "
-        f"{cfg['data_bytes'] / MIB:,.0f} MiB in {cfg['data_blocks']:,} non-zero 512 KiB blocks; "
+        f"{cfg['data_bytes'] / MIB:,.0f} MiB in {cfg['data_blocks']:,} held 512 KiB blocks; "
         f"{cfg['cpus']} CPUs ({cfg['cpu']}), kernel {cfg['kernel']}, {cfg['python3']}, "
         f"sparsecopy {cfg['program']}, seconds = median of {cfg['repeat']} run(s). The snapshot "
         "path writes into a local STAND-IN of the EBS direct APIs (devkit/ebs_standin.py in its "
@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         image = work / "data.img"
         print(f"== building the data image ({args.size / GIB:,.1f} GiB)", flush=True)
         expected = build_image(image, args.size, args.data, args.seed)
-        if nonzero_blocks(image) != expected:
+        if held_blocks(image) != expected:
             raise BenchError("the image reader disagrees with the image writer")
         runs = measure(args, program, image, expected)
     except BenchError as err:

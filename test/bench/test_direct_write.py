@@ -18,8 +18,8 @@ from bench.direct_write import (
     build_image,
     compare_blocks,
     data_layout,
+    held_blocks,
     job_once,
-    nonzero_blocks,
     put_once,
 )
 from bench.ebs_server import StandInProcess
@@ -30,16 +30,21 @@ PROGRAM = ROOT / "ssm-documents" / "sparsecopy"
 MIB = 1 << 20
 
 
-def _independent_nonzero_blocks(image: Path) -> dict[int, str]:
-    """Every 512 KiB block of the file read plainly (no SEEK_DATA), the non-zero ones hashed."""
+def _independent_held_blocks(image: Path, zero_blocks: list[int]) -> dict[int, str]:
+    """Every 512 KiB block of the file read plainly (no SEEK_DATA), the non-zero ones and the
+    blocks written with zeros (data_layout's) hashed."""
     found = {}
     with image.open("rb") as f:
         index = 0
         while block := f.read(CHUNK):
-            if block.count(0) != len(block):
+            if block.count(0) != len(block) or index in zero_blocks:
                 found[index] = hashlib.sha256(block.ljust(CHUNK, b"\0")).hexdigest()
             index += 1
     return found
+
+
+def _held(image: Path, size: int, data: int, seed: int) -> dict[int, str]:
+    return _independent_held_blocks(image, data_layout(size, data, seed)[1])
 
 
 def test_the_data_image_holds_runs_partial_blocks_and_written_zero_blocks(tmp_path: Path) -> None:
@@ -48,8 +53,8 @@ def test_the_data_image_holds_runs_partial_blocks_and_written_zero_blocks(tmp_pa
     runs, zero_blocks = data_layout(32 * MIB, 4 * MIB, seed=3)
     assert len(zero_blocks) == ZERO_BLOCKS
     assert sum(1 for _, count in runs if count == 0) == PARTIAL_BLOCKS
-    assert len(expected) == 4 * MIB // CHUNK + PARTIAL_BLOCKS
-    assert nonzero_blocks(image) == expected == _independent_nonzero_blocks(image)
+    assert len(expected) == 4 * MIB // CHUNK + PARTIAL_BLOCKS + ZERO_BLOCKS
+    assert held_blocks(image) == expected == _independent_held_blocks(image, zero_blocks)
     # the zero blocks are allocated (a reader that trusted SEEK_DATA alone would put them)
     with image.open("rb") as f:
         for index in zero_blocks:
@@ -66,15 +71,15 @@ def test_compare_blocks_names_missing_extra_and_different_blocks() -> None:
     ]
 
 
-def test_put_snapshot_into_the_stand_in_process_holds_exactly_the_non_zero_blocks(
+def test_put_snapshot_into_the_stand_in_process_holds_exactly_the_held_blocks(
     tmp_path: Path,
 ) -> None:
     image = tmp_path / "data.img"
     build_image(image, 48 * MIB, 6 * MIB, seed=5)
     run = Run("direct", latency_ms=5, max_concurrency=4, jobs=4)
     got = put_once(PROGRAM, image, 1, run, tmp_path / "log")
-    assert got == _independent_nonzero_blocks(image)
-    assert run.blocks == len(got) == 6 * MIB // CHUNK + PARTIAL_BLOCKS
+    assert got == _held(image, 48 * MIB, 6 * MIB, seed=5)
+    assert run.blocks == len(got) == 6 * MIB // CHUNK + PARTIAL_BLOCKS + ZERO_BLOCKS
     assert run.max_puts_in_flight is not None and 1 <= run.max_puts_in_flight <= 4
     assert run.rejected == 0 and run.problems == []
     assert run.put_seconds is not None and run.put_seconds > 0
@@ -82,15 +87,15 @@ def test_put_snapshot_into_the_stand_in_process_holds_exactly_the_non_zero_block
 
 
 @pytest.mark.needs_root  # a loop device as the source volume
-def test_the_job_in_snapshot_mode_puts_exactly_the_non_zero_blocks(tmp_path: Path) -> None:
+def test_the_job_in_snapshot_mode_puts_exactly_the_held_blocks(tmp_path: Path) -> None:
     image = tmp_path / "data.img"
     build_image(image, 40 * MIB, 5 * MIB, seed=4)
     run = Run("job", latency_ms=5, max_concurrency=8, jobs=3)
     work = tmp_path / "work"
     work.mkdir()
     got = job_once(PROGRAM, image, work, run, tmp_path / "log")
-    assert got == _independent_nonzero_blocks(image)
-    assert run.blocks == 5 * MIB // CHUNK + PARTIAL_BLOCKS and run.problems == []
+    assert got == _held(image, 40 * MIB, 5 * MIB, seed=4)
+    assert run.blocks == 5 * MIB // CHUNK + PARTIAL_BLOCKS + ZERO_BLOCKS and run.problems == []
     # the stand-in's limit caps what is in flight (the job keeps more puts going than --jobs;
     # refused ones are retried and the snapshot still holds exactly the blocks)
     assert run.max_puts_in_flight is not None and 1 <= run.max_puts_in_flight <= 8
@@ -125,7 +130,8 @@ def test_the_stand_in_runs_in_its_own_process_and_counts_rejections(tmp_path: Pa
     assert stats["rejected"] > 0 and stats["max_in_flight"] == 2
     snapshot = stats["snapshots"][summary["snapshotId"]]
     assert snapshot["status"] == "completed"
-    assert {int(i): d for i, d in snapshot["blocks"].items()} == _independent_nonzero_blocks(image)
+    held = _held(image, 16 * MIB, 4 * MIB, seed=9)
+    assert {int(i): d for i, d in snapshot["blocks"].items()} == held
 
 
 def test_the_bench_command_writes_a_report_with_every_field(tmp_path: Path) -> None:
@@ -138,7 +144,7 @@ def test_the_bench_command_writes_a_report_with_every_field(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((out / "results.json").read_text())
     assert doc["config"]["cpus"] == os.cpu_count()
-    assert doc["config"]["data_blocks"] == 3 * MIB // CHUNK + PARTIAL_BLOCKS
+    assert doc["config"]["data_blocks"] == 3 * MIB // CHUNK + PARTIAL_BLOCKS + ZERO_BLOCKS
     paths = [(r["path"], r["latency_ms"]) for r in doc["runs"]]
     assert paths == [("read", None), ("direct", 0), ("direct", 5)]
     assert doc["runs"][0]["verified"] is True
