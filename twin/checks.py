@@ -14,6 +14,7 @@ from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.server import Emulator
 from .facts import Run
 from .iam.check import check_calls
+from .recording import verify_blocks
 from .source import Source, fingerprints
 from .verify import verify
 
@@ -75,6 +76,10 @@ def _verification(ctx: Context, run: Run) -> tuple[list[dict[str, Any]], int, li
             chunks = written_chunks(new_file)
             new_chunks_total += len(chunks)
             panels.append((f"after: {new_id} ({len(chunks)} blocks)", chunks, total))
+            if ctx.opts.diskless:  # no filesystems: the replayed blocks against the source's
+                blocks = verify_blocks(source.disks[index].path, new_file)
+                verification.append({"sourceSnapshotId": sid, "newSnapshotId": new_id, **blocks})
+                continue
             checked = verify(source.disks[index], new_file, ctx.work / f"verify-{index}")
             verification.append(
                 {

@@ -277,17 +277,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         default=os.environ.get("DRY_RUN", "") not in ("", "0"),
                         help='the input says "dryRun": true: an estimate, no snapshot')  # fmt: skip
+    parser.add_argument("--diskless", action="store_true",
+                        default=os.environ.get("DISKLESS", "") not in ("", "0"),
+                        help="no disks: the data plane's disk planning replayed from a recording "
+                        "of real runs (twin/emulator/replay.py)")  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.diskless:
         print("twin demo: needs root (loop devices, mounts); run it as root", file=sys.stderr)
         return 2
     opts = Options(
         fs=args.fs, input=args.input, trigger=args.trigger, fault=args.fault,
         cdk_out=args.cdk_out, out_dir=args.out,
         os=args.os or "none", boot_mode=args.boot_mode or None, batch=args.batch,
-        dry_run=args.dry_run, target=args.target or None,
+        dry_run=args.dry_run, target=args.target or None, diskless=args.diskless,
     )  # fmt: skip
     try:
         opts.validate()

@@ -42,6 +42,9 @@ class Options:
     # TARGET=snapshot|volume: the execution input's `target` (the new snapshot written directly
     # with the EBS direct APIs, or through a target volume and CreateSnapshot); None leaves it out
     target: str | None = None
+    # DISKLESS=1: no disks; the data plane's planning of each disk is replayed from a recording
+    # of real runs (twin/emulator/replay.py, twin/recording.py): seconds a run, no root needed
+    diskless: bool = False
 
     @property
     def ami_boot_mode(self) -> str | None:
@@ -66,6 +69,9 @@ class Options:
             )
         self._validate_os()
         self._validate_batch()
+        if self.diskless and (self.fs != "ext4" or self.os != "none" or self.batch):
+            raise ValueError("DISKLESS=1 replays the recorded ext4 disks of one execution: leave "
+                             "FS, OS and BATCH at their defaults")  # fmt: skip
         if self.dry_run and (self.trigger != "api" or self.batch or self.os != "none"):
             raise ValueError("DRY_RUN=1 starts one dry run through the API: leave TRIGGER, BATCH "
                              "and OS at their defaults")  # fmt: skip

@@ -38,7 +38,7 @@ def run(opts: Options) -> dict[str, Any]:
     shutil.rmtree(logdir, ignore_errors=True)
     fault = parse(opts.fault)
     try:
-        with Emulator(work / "emulator", Faults.of(fault)) as emu:
+        with Emulator(work / "emulator", Faults.of(fault), diskless=opts.diskless) as emu:
             ctx = setup(emu, opts, fault, work, logdir)
             ran = _play(ctx)
             checks = check(ctx, ran)

@@ -38,6 +38,11 @@ class Source:
 
 
 def register(emu: Emulator, opts: Options, work: Path) -> Source:
+    if opts.diskless:
+        from .recording import register_sources
+
+        sids, images, image_id = register_sources(emu, opts, work)
+        return Source("image" if image_id else "snapshot", sids, images, image_id=image_id)
     if opts.input == "snapshot":
         disk = disks.build(opts.fs, work / "source.img", opts.seed)
         # The tag trigger fires on a snapshot still being taken (tag at creation, DLM, Backup).

@@ -46,6 +46,13 @@ TARGET_STATES = (
     TARGET_CHOICE, "Direct snapshot phase", "Direct snapshots", "Snapshot phase",
     "Create snapshots",
 )  # fmt: skip
+# what produced the table (docs/sweep.md says it)
+MODES = {
+    False: "real disks (`make sweep-disks`: every case copies the dirty disks on loop devices)",
+    True: "diskless (`make sweep`: each case's data plane plans its disks from the recording of "
+    "real runs, twin/data_plane_recording.json, and copies onto files; see docs/twin.md, "
+    '"Diskless")',
+}
 ROW_KEYS = (
     "state", "kind", "opener", "input", "execution_status", "error", "outcome", "fault_applied",
     "leaked_resources", "leaks", "new_snapshot_ids", "new_snapshots_existing",
@@ -241,7 +248,8 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
     return cases
 
 
-def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -> dict[str, Any]:
+def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
+             diskless: bool = False) -> dict[str, Any]:  # fmt: skip
     """One case in its own process (moto is process-wide); returns its row."""
     slug = f"{case['kind']}-{case['state']}".replace(" ", "_").replace("/", "_")
     fault = f"{case['kind']}@{case['state']}"
@@ -254,6 +262,7 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4") -
             sys.executable, "-m", "twin.sweep", "--one", "--cdk-out", str(cdk_out),
             "--out", str(case_out), "--fs", fs, "--input", case["input"],
             "--fault", fault, "--target", case.get("target") or "",
+            *(["--diskless"] if diskless else []),
         ],
         cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
@@ -281,12 +290,14 @@ def _one(args: argparse.Namespace) -> int:
     from .scenario import Options, run
 
     opts = Options(fs=args.fs, input=args.input, fault=args.fault, cdk_out=args.cdk_out,
-                   out_dir=args.out, picture=False, target=args.target or None)  # fmt: skip
+                   out_dir=args.out, picture=False, target=args.target or None,
+                   diskless=args.diskless)  # fmt: skip
     run(opts)
     return 0
 
 
-def table(rows: list[dict[str, Any]], seconds: float) -> str:
+def table(rows: list[dict[str, Any]], seconds: float, diskless: bool = False,
+          workers: int = 2) -> str:  # fmt: skip
     holding = sum(1 for r in rows if r.get("holds"))
     by_status: dict[str, int] = {}
     for r in rows:
@@ -312,7 +323,9 @@ def table(rows: list[dict[str, Any]], seconds: float) -> str:
         "",
         f"**{len(rows)} cases, {holding} hold, {len(rows) - holding} do not** "
         f"(statuses: {', '.join(f'{k} {v}' for k, v in sorted(by_status.items()))}; "
-        f"{seconds / 60:.1f} minutes).",
+        f"{seconds / 60:.1f} minutes, {workers} workers).",
+        "",
+        f"Mode: {MODES[diskless]}.",
         "",
         "Cases through each target's states (`target` in the input: none, the default snapshot, "
         "or volume for the states only that path reaches): "
@@ -351,8 +364,10 @@ def target_coverage(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
           kinds: list[str] | None = None, workers: int = 2,
-          pairs: list[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """Run the planned cases; `pairs` (["KIND@STATE", ...]) keeps only those."""
+          pairs: list[str] | None = None,
+          diskless: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    """Run the planned cases; `pairs` (["KIND@STATE", ...]) keeps only those; `diskless`: each
+    case replays the data plane's disk planning (twin/emulator/replay.py) instead of disks."""
     cases = plan(cdk_out, states, kinds)
     if pairs is not None:
         planned = {f"{c['kind']}@{c['state']}" for c in cases}
@@ -362,7 +377,7 @@ def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
         cases = [c for c in cases if f"{c['kind']}@{c['state']}" in pairs]
     out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = list(pool.map(lambda c: run_case(cdk_out, c, out), cases))
+        rows = list(pool.map(lambda c: run_case(cdk_out, c, out, diskless=diskless), cases))
     return rows
 
 
@@ -374,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default=os.environ.get("KINDS") or "")
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS") or 2))
     parser.add_argument("--doc", type=Path, default=None)
+    parser.add_argument("--diskless", action="store_true",
+                        help="no disks: each case replays the recorded data-plane runs "
+                        "(seconds a case, no root); else every case copies real disks")  # fmt: skip
     # one case (used by the sweep's worker processes)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fault", help=argparse.SUPPRESS)
@@ -383,22 +401,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         return _one(args)
-    if os.geteuid() != 0:
-        print("sweep: needs root (loop devices, mounts); run it as root", file=sys.stderr)
+    if os.geteuid() != 0 and not args.diskless:
+        print("sweep: needs root (loop devices, mounts); run it as root, or --diskless",
+              file=sys.stderr)  # fmt: skip
         return 2
     states = [s for s in args.states.split(",") if s] or None
     kinds = [k for k in args.kinds.split(",") if k] or None
     started = time.monotonic()
-    rows = sweep(args.cdk_out, args.out, states, kinds, args.workers)
+    rows = sweep(args.cdk_out, args.out, states, kinds, args.workers, diskless=args.diskless)
     seconds = time.monotonic() - started
     result = {
+        "mode": MODES[args.diskless],
+        "workers": args.workers,
         "cases": len(rows),
         "holding": sum(1 for r in rows if r.get("holds")),
         "seconds": round(seconds, 1),
         "rows": rows,
     }
     (args.out / "results.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    text = table(rows, seconds)
+    text = table(rows, seconds, args.diskless, args.workers)
     if args.doc:
         args.doc.write_text(text)
     print(text)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devkit.disks.layout import LINUX, make_gpt, mkfs
+from devkit.disks.layout import LINUX, make_gpt
 
 AL2023_ROOT_UUID = "2a7e9c51-5b0d-4c1e-9f3a-a12023b45e01"
 TRANSFER_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
@@ -95,5 +95,12 @@ def root_uuid(path: Path) -> str | None:
 def build_base_root(path: Path) -> Path:
     """The AL2023 base's root disk: 1 GiB sparse, GPT, one small ext4 root of AL2023_ROOT_UUID."""
     disk = make_gpt(path, GIB, [(BASE_ROOT_MIB, LINUX, "ext4")])
-    mkfs(disk, 1, "-U", AL2023_ROOT_UUID, "-L", "/")
+    part = disk.partition(1)
+    # mke2fs writes at the partition's offset in the file itself: no loop device, no root (the
+    # diskless twin runs without either)
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-E", f"offset={part.start}", "-U", AL2023_ROOT_UUID,
+         "-L", "/", str(path), f"{part.size // 1024}k"],
+        check=True, capture_output=True,
+    )  # fmt: skip
     return path

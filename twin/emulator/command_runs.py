@@ -51,6 +51,8 @@ class CommandRun:
     # A 2.2 document's step name: PluginName of the invocation and part of its log stream names
     plugin_name: str = "aws:runShellScript"
     log_shipper: threading.Thread | None = None
+    # the document's Target parameter (diskless: which recorded run's plan replays)
+    target: str = "volume"
 
     def invocation(self) -> dict[str, Any]:
         elapsed = ""

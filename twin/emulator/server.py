@@ -39,11 +39,17 @@ _BILLING = {
 
 
 class Emulator:
-    def __init__(self, workdir: Path, faults: Faults | None = None, region: str = REGION):
+    def __init__(
+        self,
+        workdir: Path,
+        faults: Faults | None = None,
+        region: str = REGION,
+        diskless: bool = False,
+    ):
         self.workdir = workdir
         self.region = region
         self.account = ACCOUNT
-        self.state = st.EmulatorState(workdir=workdir, faults=faults or Faults())
+        self.state = st.EmulatorState(workdir=workdir, faults=faults or Faults(), diskless=diskless)
         self._server: ThreadedMotoServer | None = None
         self.endpoint = ""
         # The Lambdas' AWS calls with their IAM contexts (twin/iam); beside workdir, which stop()

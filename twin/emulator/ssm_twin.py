@@ -27,7 +27,7 @@ from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
 from ..iam.recorder import INSTANCE_CALLER
-from . import command_logs, patching
+from . import command_logs, patching, replay
 from . import state as st
 from .command_runs import CommandRun, kill, now
 from .ec2_twin import boot_disk, interrupt_spot_instance
@@ -115,6 +115,25 @@ def _unmount_instance_root(emu: st.EmulatorState, run: CommandRun) -> None:
     run.root_mount = None
 
 
+def _prepare_files(emu: st.EmulatorState, run: CommandRun, backend: Any) -> tuple[Path, Path]:
+    """Diskless (replay.py): the by-id links point at the volumes' backing files, and each
+    source volume's recorded plan is written for the replayed program. (by-id dir, plan file)"""
+    by_id = run.rundir / "by-id"
+    by_id.mkdir(parents=True, exist_ok=True)
+    first_instance = emu.instances_launched[:1] == [run.instance_id]
+    plans = {}
+    for volume_id in _attached_volumes(backend, run.instance_id):
+        volume = backend.get_volume(volume_id)
+        if emu.faults.hide_source_device and first_instance and volume.snapshot_id:
+            continue  # command-fails: the source volume never shows up as a device
+        path = volume_path(emu, volume_id)
+        (by_id / (NVME_PREFIX + volume_id.replace("-", ""))).symlink_to(path)
+        plan = replay.plan_for(emu.replay_sources, volume.snapshot_id, run.target)
+        if plan is not None:
+            plans[str(path.resolve())] = plan
+    return by_id, replay.write_plans(run.rundir, plans)
+
+
 def _release_devices(emu: st.EmulatorState, run: CommandRun) -> None:
     _unmount_instance_root(emu, run)
     emu.loops.release_stacked(run.devices)
@@ -145,18 +164,25 @@ def instance_env(emu: st.EmulatorState, instance_id: str) -> dict[str, str]:
     }
 
 
+def _command_env(emu: st.EmulatorState, run: CommandRun, backend: Any) -> dict[str, str]:
+    """The command's environment, its devices prepared (loop devices, or diskless the files)."""
+    path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    env = {"HOME": "/root", "LANG": "C.UTF-8", **instance_env(emu, run.instance_id)}
+    if emu.diskless:
+        by_id, plans = _prepare_files(emu, run, backend)
+        env.update(replay.environment(run.rundir, path, plans))
+    else:
+        by_id = _prepare_devices(emu, run, backend)
+        env["PATH"] = path
+    env["SPARSECOPY_BY_ID_DIR"] = str(by_id)
+    return env
+
+
 def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
     try:
-        by_id = _prepare_devices(emu, run, backend)
+        env = _command_env(emu, run, backend)
         script = run.rundir / "_script.sh"
         script.write_text(run.script)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "HOME": "/root",
-            "LANG": "C.UTF-8",
-            "SPARSECOPY_BY_ID_DIR": str(by_id),
-            **instance_env(emu, run.instance_id),
-        }
         if "SPARSECOPY_PROGRESS_SECONDS" in os.environ:  # a test asks for more progress lines
             env["SPARSECOPY_PROGRESS_SECONDS"] = os.environ["SPARSECOPY_PROGRESS_SECONDS"]
         run.started = now()
@@ -275,6 +301,7 @@ def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
             rundir=emu.workdir / "commands" / command.command_id / instance_id,
         )
         run.plugin_name = step
+        run.target = _parameter(document, kwargs.get("parameters") or {}, "Target") or "volume"
         run.logs = command_logs.from_request(
             _CLOUDWATCH.config,
             self.account_id,
@@ -289,6 +316,15 @@ def _send_command(self: SimpleSystemManagerBackend, **kwargs: Any) -> Command:
         run.thread.start()
     command.status = "InProgress"
     return command
+
+
+def _parameter(document: dict[str, Any], given: dict[str, Any], name: str) -> str | None:
+    """A parameter's value as the agent substitutes it: the one given, else the default."""
+    values = given.get(name)
+    if values:
+        return str(values[0])
+    default = ((document.get("parameters") or {}).get(name) or {}).get("default")
+    return None if default is None else str(default)
 
 
 class _RequestConfig(threading.local):

@@ -78,6 +78,11 @@ class EmulatorState:
     # the emulator's URL (server.start): a command's AWS_ENDPOINT_URL_EBS (ssm_twin.instance_env)
     endpoint: str = ""
     region: str = "us-east-1"
+    # Emulator(diskless=True): commands run on the volumes' files with the data plane's disk
+    # planning replayed (replay.py); replay_sources: snapshot id -> (INPUT, volume index) of the
+    # recorded run it stands for (twin/recording.py registers them)
+    diskless: bool = False
+    replay_sources: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for sub in ("volumes", "snapshots", "commands"):
