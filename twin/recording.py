@@ -26,7 +26,14 @@ from devkit.disks import DiskImage
 from devkit.disks.layout import create_sparse
 
 from .emulator.blockstore import EBS_BLOCK, written_chunks
-from .emulator.replay import NotRecorded, from_ranges, load, run_of
+from .emulator.replay import (
+    RECORD_COMMAND,
+    SOURCE_TARGET,
+    NotRecorded,
+    from_ranges,
+    load,
+    run_of,
+)
 from .emulator.server import Emulator
 from .options import Options
 
@@ -132,7 +139,7 @@ def register_sources(
             f"the diskless twin replays the recorded ext4 disks only (FS={opts.fs}, OS={opts.os}):"
             " run this scenario without DISKLESS"
         )
-    run = run_of(load(), opts.input, "snapshot")
+    run = run_of(load(), opts.input, SOURCE_TARGET)
     disks = [
         build_source(work / f"source-{i}.img", volume, f"{opts.seed}:{i}")
         for i, volume in enumerate(run["volumes"])
@@ -177,3 +184,28 @@ def verify_blocks(source: Path, new: Path) -> dict[str, Any]:
         "fsck_clean": bool(blocks) and not problems,
         "problems": problems[:10],
     }
+
+
+def drift(logdir: Path, input_kind: str, target: str) -> list[str]:
+    """How the command output a run left in `logdir` (logs/commands/, one command) differs in
+    shape from the recorded run of INPUT/TARGET: its standard output line, and each volume's
+    full summary on standard error. [] when the recording is current."""
+    outs = sorted((logdir / "commands").glob("*.stdout"))
+    if len(outs) != 1:
+        return [f"expected one command's output in {logdir / 'commands'}, found {outs}"]
+    stdout, stderr = outs[0].read_text().strip(), outs[0].with_suffix(".stderr").read_text()
+    recorded = run_of(load(), input_kind, target)
+    problems = []
+    if line_shape(stdout) != line_shape(recorded["stdout"]):
+        problems.append(f"the standard output line: {line_shape(stdout)} was recorded as "
+                        f"{line_shape(recorded['stdout'])}")  # fmt: skip
+    summaries = [shape(s) for s in raw_summaries(stderr)]
+    was = [shape(v["summary"]) for v in recorded["volumes"]]
+    if summaries != was:
+        problems.append(f"the volumes' summaries on standard error: {summaries} were recorded "
+                        f"as {was}")  # fmt: skip
+    return [
+        f"the data plane's output no longer has the recorded shape (INPUT={input_kind} "
+        f"TARGET={target}): {p}; record it again with `{RECORD_COMMAND}`"
+        for p in problems
+    ]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from twin.emulator.faults import FaultError
+from twin.recording import drift
 from twin.scenario import Options, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +78,8 @@ def test_demo_cli_compacts_a_dirty_ext4_snapshot(cdk_out: Path, tmp_path: Path, 
     assert "SUCCEEDED" in proc.stdout and "files equal: True" in proc.stdout
     svg = (out / "blocks.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<rect") > report["new_snapshot_chunks"]
+    # what the diskless twin replays is still what the data plane prints (test_diskless.py)
+    assert drift(out / "logs", "snapshot", target or "snapshot") == []
 
 
 @pytest.mark.parametrize("fs", ["xfs", "ntfs", "bare-ext4"])
@@ -99,6 +102,7 @@ def test_ami_becomes_an_equivalent_ami_with_fast_snapshot_restore(cdk_out, tmp_p
     assert {f["snapshotId"] for f in image["fsr"]} == set(report["new_snapshot_ids"])
     assert "register_image" in report["handlers_called"]
     assert "enable_fast_snapshot_restore" in report["handlers_called"]
+    assert drift(tmp_path / "out" / "logs", "ami", "snapshot") == []  # the diskless recording
 
 
 def test_tagging_a_pending_snapshot_starts_one_compaction_per_tag_value(cdk_out, tmp_path) -> None:

@@ -24,6 +24,8 @@ RECORDING = Path(__file__).resolve().parents[1] / "data_plane_recording.json"
 RECORD_COMMAND = "sudo make twin-record"  # python -m twin.record: regenerates RECORDING
 PROGRAM = Path(__file__).resolve().with_name("replay_program.py")
 PLAN_FILE = "replay-plan.json"
+# the recorded run of each INPUT whose source blocks (and copied blocks) a diskless source holds
+SOURCE_TARGET = "snapshot"
 _WRAPPER = """#!/bin/bash
 # twin, diskless: the Command document's `python3 sparsecopy.pyz ...` runs the fetched program
 # with its disk planning replayed (twin/emulator/replay.py); anything else is plain python3.
@@ -67,16 +69,20 @@ def from_ranges(ranges: list[list[int]]) -> list[int]:
 def plan_for(sources: dict[str, tuple[str, int]], snapshot_id: str | None,
              target: str) -> dict[str, Any] | None:  # fmt: skip
     """What the replayed program plans for a volume restored from `snapshot_id`: the recorded
-    table and partitions (of the run with this target: their fsck results differ) and the
-    blocks the recorded copy took. None: the snapshot is not a diskless source."""
+    table and partitions of the run with this target (their fsck results differ by target) and
+    the blocks the copy took in the run the source was registered from (INPUT with target
+    snapshot: real disks differ in layout from one build to the next). None: the snapshot is
+    not a diskless source."""
     if snapshot_id is None or snapshot_id not in sources:
         return None
     input_kind, index = sources[snapshot_id]
-    volume = run_of(load(), input_kind, target)["volumes"][index]
+    recording = load()
+    summary = run_of(recording, input_kind, target)["volumes"][index]["summary"]
+    copied = run_of(recording, input_kind, SOURCE_TARGET)["volumes"][index]["new_blocks"]
     return {
-        "table": volume["summary"].get("table"),
-        "partitions": volume["summary"].get("partitions") or [],
-        "new_blocks": volume["new_blocks"],
+        "table": summary.get("table"),
+        "partitions": summary.get("partitions") or [],
+        "new_blocks": copied,
     }
 
 
