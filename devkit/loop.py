@@ -125,9 +125,11 @@ def kernel_loops() -> dict[str, str]:
     """Every loop device the kernel has, with its backing file (a path, possibly a device)."""
     loops = {}
     for entry in Path("/sys/block").glob("loop*"):
-        backing = entry / "loop" / "backing_file"
-        if backing.exists():
-            loops[f"/dev/{entry.name}"] = backing.read_text().strip().removesuffix(" (deleted)")
+        try:
+            text = (entry / "loop" / "backing_file").read_text()
+        except OSError:  # not bound, or detached meanwhile by someone else (ENOENT, ENODEV)
+            continue
+        loops[f"/dev/{entry.name}"] = text.strip().removesuffix(" (deleted)")
     return loops
 
 

@@ -1,6 +1,6 @@
 # Targets of the twin area: the local twin (twin/), its tests (test/twin) and `make demo`.
 # The twin synthesizes the stack into its own directory so it never races other users of cdk.out.
-.PHONY: lint-twin test-twin demo twin-synth sweep
+.PHONY: lint-twin test-twin demo twin-synth sweep sweep-disks twin-record
 TWIN_PATHS := twin test/twin
 TWIN_CDK_OUT := out/twin/cdk.out
 FS ?= ext4
@@ -17,6 +17,8 @@ BOOT_MODE ?=
 BATCH ?= 0
 # DRY_RUN=1: the execution input says "dryRun": true (an estimate; no snapshot is made)
 DRY_RUN ?= 0
+# DISKLESS=1: no disks, the data plane's disk planning replayed from twin/data_plane_recording.json
+DISKLESS ?= 0
 # make sweep STATES="Launch transfer instance,Report" KINDS=error,abort WORKERS=2
 STATES ?=
 KINDS ?=
@@ -40,9 +42,21 @@ test-twin: twin-synth
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \
 	  --fs $(FS) --input $(INPUT) --target "$(TARGET)" --trigger $(TRIGGER) --fault "$(FAULT)" \
-	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH) $(if $(filter-out 0,$(DRY_RUN)),--dry-run)
+	  --os "$(OS)" --boot-mode "$(BOOT_MODE)" --batch $(BATCH) $(if $(filter-out 0,$(DRY_RUN)),--dry-run) \
+	  $(if $(filter-out 0,$(DISKLESS)),--diskless)
 
-# Every Task state x every fault kind that applies (docs/sweep.md); needs root, ~1 h on 2 cores.
+# Every Task state x every fault kind that applies (docs/sweep.md), diskless: each case's data plane
+# plans its disks from twin/data_plane_recording.json (docs/twin.md, "Diskless"); no root needed.
 sweep: twin-synth
-	$(PY) -m twin.sweep --cdk-out $(TWIN_CDK_OUT) --out out/sweep --workers $(WORKERS) \
+	$(PY) -m twin.sweep --diskless --cdk-out $(TWIN_CDK_OUT) --out out/sweep --workers $(WORKERS) \
 	  --states "$(STATES)" --kinds "$(KINDS)" $(if $(STATES)$(KINDS),,--doc docs/sweep.md)
+
+# The same on real disks (loop devices, mounts): needs root, ~16 min on 2 idle cores.
+sweep-disks: twin-synth
+	$(PY) -m twin.sweep --cdk-out $(TWIN_CDK_OUT) --out out/sweep-disks --workers $(WORKERS) \
+	  --states "$(STATES)" --kinds "$(KINDS)" $(if $(STATES)$(KINDS),,--doc docs/sweep.md)
+
+# Record the real data-plane runs the diskless twin replays (needs root); again whenever the data
+# plane's summary changes (test_diskless.py and test_scenarios.py fail until then).
+twin-record: twin-synth
+	$(PY) -m twin.record --cdk-out $(TWIN_CDK_OUT)
