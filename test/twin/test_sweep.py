@@ -1,12 +1,16 @@
 """The sweep (twin/sweep.py): its plan comes from the synthesized definition, and `make test`
-runs all of it diskless (every Task state x every kind that applies, docs/sweep.md: each case's
-data plane plans its disks from the recording of real runs, twin/emulator/replay.py) plus a few
-cases on real disks, one for each target and input the sweep runs: abort@Check compaction (the
-default input, target snapshot: aborted while the instance puts blocks), error@Create snapshots
-(target volume) and abort@Register image (INPUT=ami). The scenario tests add real-disk runs of
-both targets and both inputs with faults (test_scenarios.py, test_direct_snapshot.py,
-test_diskless.py says which). `make sweep-disks` runs every case on real disks.
-Three states lie on recovery paths (the failure chain, the warnings chain, the relaunch path):
+runs a representative part of it diskless (each case's data plane plans its disks from the
+recording of real runs, twin/emulator/replay.py) plus a few cases on real disks, one for each
+target and input the sweep runs; `make sweep` runs every case diskless (docs/sweep.md), `make
+sweep-disks` every case on real disks.
+
+The diskless part: one kind at each key state, every kind at least three times (20 cases; the
+cases run the default input, target snapshot, except Create snapshots', which only target volume
+reaches, and Register image's, INPUT=ami). On real disks: abort@Check compaction (the default
+input, target snapshot: aborted while the instance puts blocks), error@Create snapshots (target
+volume) and abort@Register image (INPUT=ami); the scenario tests add real-disk runs of both
+targets and both inputs, with faults (test_scenarios.py, test_direct_snapshot.py).
+Three cases lie on recovery paths (the failure chain, the warnings chain, the relaunch path):
 they run with the opener fault that leads there (twin/sweep.py RECOVERY_OPENERS).
 """
 
@@ -25,9 +29,35 @@ from twin.sweep import openers, plan, sweep, table, target_coverage, volume_only
 
 REPO = Path(__file__).resolve().parents[2]
 
+REPRESENTATIVE = [
+    "error@Launch transfer instance",
+    "error@Attach volumes",
+    "error@Check compaction",
+    "error@Create snapshots",
+    "error@Check snapshots",
+    "error@Register image",
+    "error@Teardown",
+    "abort@Attach volumes",
+    "abort@Create snapshots",
+    "abort@Check snapshots",
+    "throttle@Check snapshots",
+    "throttle@Report",
+    "throttle@Attach volumes",
+    "lost@Attach volumes",
+    "lost@Create snapshots",
+    "lost@Check snapshots",
+    # the direct path: aborted while the instance puts blocks into the started snapshots (the
+    # cleanup workflow deletes them pending); Create snapshots above runs with target volume
+    "abort@Check compaction",
+    # recovery paths, each behind its opener fault
+    "error@Report failure",
+    "abort@Teardown with warnings",
+    "error@Teardown before relaunch",
+]
 # on real disks: one case for each target and input (the others run diskless)
 ON_DISKS = ["abort@Check compaction", "error@Create snapshots", "abort@Register image"]
-# diskless cases run this many at a time: no loop device, each emulator on a port of its own
+# diskless cases run this many at a time (no loop device; each emulator on a port of its own):
+# they are CPU-bound, 2 on this 2-core machine
 WORKERS = int(os.environ.get("TWIN_SWEEP_WORKERS") or 2)
 
 
@@ -67,15 +97,14 @@ def assert_holds(rows: list[dict[str, Any]], out: Path) -> None:
     assert not broken, table(rows, 0)
 
 
-def test_the_whole_sweep_holds_diskless(cdk_out: Path, tmp_path: Path) -> None:
-    rows = sweep(cdk_out, tmp_path / "sweep", workers=WORKERS, diskless=True)
-    assert len(rows) == len(plan(cdk_out, None, None))
+def test_representative_part_of_the_sweep_holds_diskless(cdk_out: Path, tmp_path: Path) -> None:
+    rows = sweep(cdk_out, tmp_path / "sweep", workers=WORKERS, pairs=REPRESENTATIVE, diskless=True)
+    assert len(rows) == len(REPRESENTATIVE)
     assert_holds(rows, tmp_path / "sweep")
     # both targets' states were entered (the direct path by the default input)
     assert all(target_coverage(rows).values()), target_coverage(rows)
-    # every fault took effect, but at the states only a dry run enters
-    missed = {r["state"] for r in rows if not r["fault_applied"]}
-    assert all(state.startswith("Dry run") for state in missed), table(rows, 0)
+    # The faults took effect where the run passes the state.
+    assert all(r["fault_applied"] for r in rows if r["state"] != "Register image"), table(rows, 0)
 
 
 def test_cases_on_real_disks_hold(cdk_out: Path, tmp_path: Path) -> None:
