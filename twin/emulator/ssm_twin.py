@@ -122,11 +122,12 @@ def _prepare_files(emu: st.EmulatorState, run: CommandRun, backend: Any) -> tupl
     by_id.mkdir(parents=True, exist_ok=True)
     first_instance = emu.instances_launched[:1] == [run.instance_id]
     plans = {}
-    for volume_id in _attached_volumes(backend, run.instance_id):
+    for volume_id, own_root in _attached_volumes(backend, run.instance_id):
         volume = backend.get_volume(volume_id)
         if emu.faults.hide_source_device and first_instance and volume.snapshot_id:
             continue  # command-fails: the source volume never shows up as a device
-        path = volume_path(emu, volume_id)
+        # as _prepare_devices: the own root's backing file as is
+        path = emu.volume_files[volume_id] if own_root else volume_path(emu, volume_id)
         (by_id / (NVME_PREFIX + volume_id.replace("-", ""))).symlink_to(path)
         plan = replay.plan_for(emu.replay_sources, volume.snapshot_id, run.target)
         if plan is not None:
