@@ -8,14 +8,18 @@ The root disk comes from devkit.debian: the debootstrap tree cached under out/ca
 dirtied by package installs and purges and big writes and deletes, then copied while mounted with
 writes in flight: a crash-consistent snapshot, as EBS takes of a running instance.
 
-The boot (devkit.qemu_boot): the root snapshot's backing sparse file, opened with snapshot=on
-(nothing is written to it), as an NVMe disk like a Nitro instance's EBS volume; legacy-bios boots
-through SeaBIOS, uefi through OVMF. The guest's init (devkit/debian/boot-check) checks its mounts
+The boot (devkit.qemu_boot): a volume restored from the root snapshot as a launch makes it
+(twin/restores.py: encrypted, where the blocks the snapshot lacks read as random bytes; and for
+the new AMI of an unencrypted snapshot also unencrypted), its file opened with snapshot=on, as an
+NVMe disk like a Nitro instance's EBS volume; legacy-bios boots through SeaBIOS, uefi through
+OVMF. The guest's init (devkit/debian/boot-check) checks its mounts
 and runs `dpkg --verify`, prints a BOOT-CHECK line and powers off; a dead end or the timeout is a
-failure. Each boot takes ~25 s under TCG; the two run side by side (22-25 s each on 2 cores)."""
+failure. Each boot takes ~25 s under TCG; they run side by side (22-25 s each for two on 2
+cores)."""
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from devkit.qemu_boot import BootResult, boot
 
 from .emulator.server import Emulator
 from .options import REPO
+from .restores import Restore, restored, restores_for
 
 CACHE = REPO / "out" / "cache" / "debian-bookworm"
 GIB = 1024**3
@@ -65,26 +70,36 @@ def root_volume(emu: Emulator, image_id: str) -> dict[str, Any]:
 
 
 def boot_images(emu: Emulator, images: dict[str, str], logdir: Path) -> dict[str, dict[str, Any]]:
-    """Boot the root volume of each AMI ({role: image id}, e.g. new and source) side by side;
-    per role: the AMI, its root snapshot, boot mode, firmware, whether it booted, the seconds
-    from QEMU's start to the guest's power-off, the BOOT-CHECK line, the milestones, the console
-    log (logdir/boot-ROLE.log) and, on failure, the console's last lines."""
-    targets = {role: root_volume(emu, image_id) for role, image_id in images.items()}
+    """Boot the root volume of each AMI ({role: image id}, e.g. new and source) side by side, each
+    from a volume restored from its root snapshot as a launch makes it (twin/restores.py): the
+    new AMI from every restore a user can make (role `new`: encrypted; `new-unencrypted` too when
+    its snapshot is unencrypted), any other AMI encrypted only. Per role: the AMI, its root
+    snapshot, the restore, boot mode, firmware, whether it booted, the seconds from QEMU's start
+    to the guest's power-off, the BOOT-CHECK line, the milestones, the console log
+    (logdir/boot-ROLE.log) and, on failure, the console's last lines."""
+    targets: dict[str, tuple[dict[str, Any], Restore]] = {}
+    for role, image_id in images.items():
+        target = root_volume(emu, image_id)
+        ways = restores_for(emu, target["snapshot_id"])
+        for way in ways if role == "new" else ways[:1]:
+            name = role if way is ways[0] else f"{role}-{way.label}"
+            targets[name] = (target, way)
     logdir.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        futures = {role: _start(pool, emu, target, logdir / f"boot-{role}.log")
-                   for role, target in targets.items()}  # fmt: skip
-        results = {role: future.result() for role, future in futures.items()}
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        made = {name: stack.enter_context(restored(emu, target["snapshot_id"], way))
+                for name, (target, way) in targets.items()}  # fmt: skip
+        futures = {name: _start(pool, made[name].path, target, logdir / f"boot-{name}.log")
+                   for name, (target, _) in targets.items()}  # fmt: skip
+        results = {name: future.result() for name, future in futures.items()}
     return {
-        role: {**targets[role], **_facts(results[role], logdir / f"boot-{role}.log")}
-        for role in targets
+        name: {**target, **made[name].facts(), **_facts(results[name], logdir / f"boot-{name}.log")}
+        for name, (target, _) in targets.items()
     }
 
 
-def _start(pool: ThreadPoolExecutor, emu: Emulator, target: dict[str, Any],
+def _start(pool: ThreadPoolExecutor, image: Path, target: dict[str, Any],
            log: Path) -> Future[BootResult]:  # fmt: skip
-    """Boot the target's root snapshot file (snapshot=on: nothing is written to it)."""
-    image = emu.snapshot_file(target["snapshot_id"])
+    """Boot a restored root volume's file (snapshot=on: nothing is written to it)."""
     firmware = FIRMWARE[target["boot_mode"]]
     return pool.submit(boot, image, firmware, timeout=BOOT_TIMEOUT, iface=INTERFACE, log=log)
 

@@ -1,11 +1,14 @@
-"""The checks of a twin run: each new snapshot's files and fsck against its source disk (and the
-block picture of both), the source unchanged, the new AMI's attributes and fast snapshot
-restores, every AWS call of the Lambdas against the synthesized roles, with OS=debian the boot of
-both AMIs' root volumes (twin/boot_proof.py); and `holds`, the invariants every case must keep."""
+"""The checks of a twin run: each new snapshot's files and fsck, on every restore a user can make
+of it (encrypted, and unencrypted when the snapshot is), against its source disk; its blocks
+against the source's held blocks and the blocks its files need (and the block picture of both);
+the source unchanged, the new AMI's attributes and fast snapshot restores, every AWS call of the
+Lambdas against the synthesized roles, with OS=debian the boot of both AMIs' root volumes
+(twin/boot_proof.py); and `holds`, the invariants every case must keep."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import boot_proof
@@ -14,9 +17,11 @@ from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .emulator.server import Emulator
 from .facts import Run
 from .iam.check import check_calls
+from .needed import check_blocks, file_data_chunks
 from .recording import verify_blocks
+from .restores import restored, restores_for
 from .source import Source, fingerprints
-from .verify import verify
+from .verify import reference, verify
 
 Panel = tuple[str, set[int], int]
 # The attributes a registered AMI must keep from its source image.
@@ -61,37 +66,54 @@ def _boots(ctx: Context, new_image_id: str | None) -> dict[str, dict[str, Any]]:
 
 
 def _verification(ctx: Context, run: Run) -> tuple[list[dict[str, Any]], int, list[Panel]]:
+    """Per source snapshot and its new snapshot: the block rule (needed.check_blocks) and the
+    files and fsck on each restore a user can make of the new snapshot (twin/restores.py)."""
     emu, source = ctx.emu, ctx.registered
     verification = []
     new_chunks_total = 0
     panels: list[Panel] = []
     for index, sid in enumerate(source.snapshot_ids):
+        held = written_chunks(emu.snapshot_file(sid))
         total = emu.snapshot_file(sid).stat().st_size // EBS_BLOCK
-        panels.append((f"before: {sid} ({run.source_chunks[sid]} blocks)",
-                       written_chunks(emu.snapshot_file(sid)), total))  # fmt: skip
+        panels.append((f"before: {sid} ({run.source_chunks[sid]} blocks)", held, total))
         match = [v for v in run.outputs if v.get("sourceSnapshotId") == sid]
         new_id = match[0].get("newSnapshotId") if match else None
         if new_id and new_id in emu.state.snapshot_files:
-            new_file = emu.snapshot_file(new_id)
-            chunks = written_chunks(new_file)
+            chunks = written_chunks(emu.snapshot_file(new_id))
             new_chunks_total += len(chunks)
             panels.append((f"after: {new_id} ({len(chunks)} blocks)", chunks, total))
             if ctx.opts.diskless:  # no filesystems: the replayed blocks against the source's
-                blocks = verify_blocks(source.disks[index].path, new_file)
+                blocks = verify_blocks(source.disks[index].path, emu.snapshot_file(new_id))
                 verification.append({"sourceSnapshotId": sid, "newSnapshotId": new_id, **blocks})
                 continue
-            checked = verify(source.disks[index], new_file, ctx.work / f"verify-{index}")
-            verification.append(
-                {
-                    "sourceSnapshotId": sid,
-                    "newSnapshotId": new_id,
-                    "files_checked": checked.files_checked,
-                    "files_verified": checked.files_verified,
-                    "fsck_clean": checked.fsck_clean,
-                    "problems": checked.problems,
-                }
-            )
+            work = ctx.work / f"verify-{index}"
+            try:
+                ref = reference(source.disks[index], work / "reference.img")
+                row = _restores_checked(ctx, source.disks[index], ref, held, new_id)
+                row["blocks"] = check_blocks(held, chunks, file_data_chunks(ref))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            verification.append({"sourceSnapshotId": sid, "newSnapshotId": new_id, **row})
     return verification, new_chunks_total, panels
+
+
+def _restores_checked(
+    ctx: Context, disk: Any, ref: Any, held: set[int], new_id: str
+) -> dict[str, Any]:
+    """verify() on every restore of the new snapshot; the row's totals hold only if every
+    restore holds (its problems are prefixed with the restore)."""
+    restores = []
+    for way in restores_for(ctx.emu, new_id):
+        with restored(ctx.emu, new_id, way) as volume:
+            checked = verify(disk, ref, held, volume.path)
+        restores.append({**volume.facts(), **asdict(checked)})
+    return {
+        "restores": restores,
+        "files_checked": min(r["files_checked"] for r in restores),
+        "files_verified": all(r["files_verified"] for r in restores),
+        "fsck_clean": all(r["fsck_clean"] for r in restores),
+        "problems": [f"{r['restore']} restore: {p}" for r in restores for p in r["problems"]],
+    }
 
 
 def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str, Any]:
@@ -124,9 +146,9 @@ def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str,
 
 def holds(row: dict[str, Any]) -> bool:
     """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
-    roles, the source untouched, and once delivered the snapshots it delivered and the AMI, if
-    one was registered, still exist; with OS=debian a new AMI
-    that was booted booted; a dry run created no snapshot and no AMI."""
+    roles, the source untouched, every new snapshot checked exact (exact()), and once delivered
+    the snapshots it delivered and the AMI, if one was registered, still exist; with OS=debian a
+    new AMI that was booted booted; a dry run created no snapshot and no AMI."""
     if row["leaked_resources"] or row.get("iam_denials"):
         return False
     if row.get("new_image_boots") is False:
@@ -135,6 +157,8 @@ def holds(row: dict[str, Any]) -> bool:
         return False
     if row.get("dry_run") and (row.get("snapshots_created") or row.get("new_image_id")):
         return False  # a dry run makes no snapshot and no AMI, whatever happened
+    if not exact(row):
+        return False
     if row["delivered"]:
         # every snapshot it delivered (its output's, every one ever tagged delivered) exists
         delivered = row.get("delivered_snapshot_ids") or []
@@ -144,3 +168,12 @@ def holds(row: dict[str, Any]) -> bool:
         if row.get("new_image_id") and not row["new_image_existing"]:
             return False
     return True
+
+
+def exact(row: dict[str, Any]) -> bool:
+    """Every new snapshot the run checked keeps the block rule (none beyond the source's held
+    blocks, every held block a file needs) and, on every restore, its files and fsck."""
+    return all(
+        (v.get("blocks") or {}).get("holds", True) and v["files_verified"] and v["fsck_clean"]
+        for v in row.get("verification") or []
+    )

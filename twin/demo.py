@@ -3,7 +3,7 @@
 usage: python -m twin.demo [--fs ext4|xfs|ntfs|bare-ext4] [--input snapshot|ami]
                            [--target snapshot|volume] [--trigger api|tag] [--fault KIND@STATE|NAME]
                            [--cdk-out DIR] [--out DIR] [--os none|debian]
-                           [--boot-mode legacy-bios|uefi] [--dry-run]
+                           [--boot-mode legacy-bios|uefi] [--dry-run] [--unencrypted]
 
 TARGET: the execution input's `target`: snapshot (the new snapshot written directly with the EBS
 direct APIs) or volume (a target volume, then CreateSnapshot); without it the input names none
@@ -11,6 +11,8 @@ and the workflow's default (snapshot) applies.
 
 FAULT: KIND@STATE with KIND one of error, throttle, abort, lost and STATE a Task state of the
 synthesized main definition (e.g. error@Report), or one of the named faults.
+ENCRYPTED=0 (--unencrypted): the source snapshots are unencrypted (by default they are encrypted
+with a customer managed KMS key); the checks then also restore the new snapshots unencrypted.
 OS=debian (INPUT=ami): the source AMI's root is a real Debian disk; after the run the new AMI and
 the source boot in QEMU with the AMI's boot mode (BOOT_MODE, legacy-bios by default, or uefi).
 """
@@ -51,6 +53,7 @@ def _run_lines(report: dict[str, Any]) -> list[str]:
     s = report["scenario"]
     os_label = f" OS={s['os']} BOOT_MODE={s['boot_mode']}" if s.get("os", "none") != "none" else ""
     os_label += " DRY_RUN=1" if s.get("dry_run") else ""
+    os_label += "" if s.get("encrypted", True) else " ENCRYPTED=0"
     target = f" TARGET={s['target']}" if s.get("target") else ""
     lines = [
         f"twin demo: FS={s['fs']} INPUT={s['input']}{target} TRIGGER={s['trigger']} "
@@ -105,15 +108,12 @@ def _result_lines(report: dict[str, Any]) -> list[str]:
         f"{_mib(report['bytes_written_to_target'])}",
         *_block_lists(report),
         *_estimate_lines(report),
-        (
-            f"  verification     files equal: {report['files_verified']}, "
-            f"fsck clean: {report['fsck_clean']}"
-            if report["verification"]
-            else "  verification     not run: no new snapshot"
-        ),
+        *_verification_lines(report),
         f"  leaked resources {report['leaked_resources']}"
         + (f" {report['leaks']}" if report["leaks"] else ""),
         f"  source unchanged {report['source_snapshot_unchanged']}",
+        f"  holds            {report['holds']} (the invariants: nothing leaked, IAM, the source "
+        "unchanged, every new snapshot exact, what was delivered exists)",
         f"  instances        {report['instances_launched']} launched; "
         f"{report['lambda_invocations']} Lambda invocations"
         + (
@@ -122,6 +122,29 @@ def _result_lines(report: dict[str, Any]) -> list[str]:
             else ""
         ),
     ]
+
+
+def _verification_lines(report: dict[str, Any]) -> list[str]:
+    """Files and fsck on which restores, and the block rule."""
+    if not report["verification"]:
+        return ["  verification     not run: no new snapshot"]
+    lines = [
+        f"  verification     files equal: {report['files_verified']}, "
+        f"fsck clean: {report['fsck_clean']}, on restores: " + ", ".join(report["restores_checked"])
+    ]
+    for row in report["verification"]:
+        b = row.get("blocks")
+        if b is None:  # diskless: no filesystems, no restores
+            continue
+        lines.append(
+            f"  exact blocks     {row['newSnapshotId']}: {b['holds']} ({b['new']} blocks, "
+            f"{b['beyond_held_count']} beyond the source's {b['held']}; "
+            f"{b['file_blocks_missing_count']} of {b['file_blocks_held']} held file blocks "
+            "missing)"
+        )
+    for row in report["verification"]:
+        lines += [f"  problem          {p}" for p in row["problems"][:5]]
+    return lines
 
 
 def _detail_lines(report: dict[str, Any]) -> list[str]:
@@ -173,13 +196,12 @@ def _boot_lines(report: dict[str, Any]) -> list[str]:
     if not proof:
         return []
     lines = [] if "new" in proof else ["  new AMI boots    not booted: the run registered no AMI"]
-    for role, label in (("new", "new AMI boots   "), ("source", "source AMI boots")):
-        boot = proof.get(role)
-        if boot is None:
-            continue
+    for role, boot in proof.items():
+        label = "new AMI boots   " if role.startswith("new") else "source AMI boots"
         lines.append(
             f"  {label} {str(boot['boots']).lower()} in {boot['seconds']:.1f} s "
-            f"({boot['boot_mode']}: {boot['firmware']}, {boot['interface']}; "
+            f"({boot['restore']} restore, {boot['boot_mode']}: {boot['firmware']}, "
+            f"{boot['interface']}; "
             + (boot["marker"] or boot["fatal"] or "no BOOT-CHECK line")
             + (", timed out" if boot["timed_out"] else "")
             + ")"
@@ -281,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("DISKLESS", "") not in ("", "0"),
                         help="no disks: the data plane's disk planning replayed from a recording "
                         "of real runs (twin/emulator/replay.py)")  # fmt: skip
+    parser.add_argument("--unencrypted", action="store_true",
+                        default=os.environ.get("ENCRYPTED", "1") in ("0", "no", "false"),
+                        help="unencrypted source snapshots (ENCRYPTED=0); by default they are "
+                        "encrypted with a customer managed KMS key")  # fmt: skip
     parser.add_argument("--cdk-out", type=Path, default=REPO / "cdk.out")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     args = parser.parse_args(argv)
@@ -292,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         cdk_out=args.cdk_out, out_dir=args.out,
         os=args.os or "none", boot_mode=args.boot_mode or None, batch=args.batch,
         dry_run=args.dry_run, target=args.target or None, diskless=args.diskless,
+        encrypted=not args.unencrypted,
     )  # fmt: skip
     try:
         opts.validate()

@@ -11,9 +11,21 @@ from devkit.disks import (
     build_gpt_xfs,
     build_mbr_ntfs,
 )
+from devkit.disks.zeros import (
+    build_ext4_zero_files,
+    build_ext4_zeroed_itables,
+    build_xfs_fresh,
+)
 
 GIB = 1024**3
-FILESYSTEMS = ("ext4", "xfs", "ntfs", "bare-ext4")
+# Disks holding allocated zeros (issue #19, devkit/disks/zeros.py): a copy that drops all-zero
+# blocks the filesystem needs is corrupt on an encrypted restore.
+ALLOCATED_ZEROS = {
+    "ext4-zero-files": build_ext4_zero_files,  # a dd'd swap file, a file of written zero pages
+    "xfs-fresh": build_xfs_fresh,  # mkfs.xfs only: its log held as zeros
+    "ext4-zeroed-itables": build_ext4_zeroed_itables,  # inode tables written as zeros
+}
+FILESYSTEMS = ("ext4", "xfs", "ntfs", "bare-ext4", *ALLOCATED_ZEROS)
 
 
 def build(fs: str, path: Path, seed: int = 0, root_uuid: str | None = None) -> DiskImage:
@@ -29,4 +41,6 @@ def build(fs: str, path: Path, seed: int = 0, root_uuid: str | None = None) -> D
         return build_mbr_ntfs(path, size=GIB, seed=seed + 3)
     if fs == "bare-ext4":
         return build_bare_ext4(path, size=GIB, seed=seed + 5)
+    if fs in ALLOCATED_ZEROS:
+        return ALLOCATED_ZEROS[fs](path, size=GIB)
     raise ValueError(f"FS={fs} is not one of {', '.join(FILESYSTEMS)}")

@@ -1,5 +1,5 @@
-"""What one twin scenario runs: FS, INPUT, TARGET, TRIGGER, FAULT, OS, BOOT_MODE and DRY_RUN of
-`make demo`, where the cloud assembly is and where the report goes."""
+"""What one twin scenario runs: FS, INPUT, TARGET, TRIGGER, FAULT, OS, BOOT_MODE, DRY_RUN and
+ENCRYPTED of `make demo`, where the cloud assembly is and where the report goes."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ class Options:
     # DISKLESS=1: no disks; the data plane's planning of each disk is replayed from a recording
     # of real runs (twin/emulator/replay.py, twin/recording.py): seconds a run, no root needed
     diskless: bool = False
+    # ENCRYPTED (1 by default; 0: unencrypted): the source snapshots are encrypted with a customer
+    # managed KMS key of the account, so every volume restored from them, and from the new
+    # snapshots, reads random bytes where its snapshot holds no block (emulator/encryption.py)
+    encrypted: bool = True
 
     @property
     def ami_boot_mode(self) -> str | None:

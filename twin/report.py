@@ -33,7 +33,7 @@ class Report:
     scenario: dict[str, Any] = field(
         metadata=_doc(
             "`fs`, `input`, `target` (TARGET, null: none given), `trigger`, `fault`, `os`, "
-            "`boot_mode`, `dry_run` of the run"
+            "`boot_mode`, `dry_run`, `encrypted` (the source snapshots') of the run"
         )
     )
     fault: str = field(
@@ -110,11 +110,30 @@ class Report:
         metadata=_doc("`targetBytesWritten` summed over the output's volumes")
     )
     files_verified: bool = field(
-        metadata=_doc("every file of every new snapshot equals its source's")
+        metadata=_doc(
+            "every file of every new snapshot equals its source's, on every restore of it"
+        )
     )
-    fsck_clean: bool = field(metadata=_doc("fsck found nothing on any new snapshot"))
+    fsck_clean: bool = field(metadata=_doc("fsck found nothing on any restore of any new snapshot"))
+    restores_checked: list[str] = field(
+        metadata=_doc(
+            "the restores the files and fsck ran on, `NEW-SNAPSHOT: encrypted|unencrypted` "
+            "(volumes made from the new snapshot: encrypted, blocks it does not hold read as "
+            "random bytes; unencrypted, as zeros; an encrypted snapshot has no unencrypted one)"
+        )
+    )
+    blocks_exact: bool = field(
+        metadata=_doc(
+            "every new snapshot holds no block its source does not hold, and every block the "
+            "source holds that a file's data needs (FIEMAP on the recovered source)"
+        )
+    )
     verification: list[dict[str, Any]] = field(
-        metadata=_doc("per new snapshot: files checked, fsck, problems")
+        metadata=_doc(
+            "per new snapshot: `restores` (per restore: its volume, KMS key, files checked, "
+            "fsck, problems), the totals, and `blocks` (held, new, file blocks held, those "
+            "missing, those beyond the held ones, `holds`)"
+        )
     )
     leaked_resources: int = field(
         metadata=_doc(
@@ -175,7 +194,9 @@ class Report:
     )
     new_image_boots: bool | None = field(
         metadata=_doc(
-            "OS=debian: the new AMI's root volume booted in QEMU through its own bootloader, with "
+            "OS=debian: the new AMI's root volume, restored as a launch makes it (every "
+            "restore: encrypted, and unencrypted for an unencrypted snapshot), booted in QEMU "
+            "through its own bootloader, with "
             "the firmware of the AMI's boot mode (legacy-bios: SeaBIOS, uefi: OVMF), to an init "
             "that found its mounts and `dpkg --verify` clean; a dead end or the timeout is false; "
             "null without OS=debian or without a new AMI"
@@ -190,7 +211,8 @@ class Report:
     source_image_boot_seconds: float | None = field(metadata=_doc("its seconds"))
     boot_proof: dict[str, Any] = field(
         metadata=_doc(
-            "OS=debian, per AMI (`new`, `source`): its root snapshot, boot mode, firmware, "
+            "OS=debian, per boot (`new` encrypted, `new-unencrypted`, `source` encrypted): "
+            "the AMI, its root snapshot, the restore booted, boot mode, firmware, "
             "`boots`, `seconds`, the BOOT-CHECK line, milestones, the console log and, on "
             "failure, the console's last lines (`console_tail`)"
         )
@@ -230,7 +252,8 @@ class Report:
     holds: bool = field(
         default=False,
         metadata=_doc(
-            "the invariants: nothing leaked, no IAM denial, the source unchanged, and once "
+            "the invariants: nothing leaked, no IAM denial, the source unchanged, every new "
+            "snapshot checked exact (`blocks` holds, files and fsck on every restore), and once "
             "delivered the new snapshots (and the AMI) still exist"
         ),
     )
@@ -316,6 +339,13 @@ def _snapshot_fields(ctx: Context, run: Run, checks: Checks) -> dict[str, Any]:
         "bytes_written_to_target": sum(int(v.get("targetBytesWritten") or 0) for v in outputs),
         "files_verified": bool(verification) and all(v["files_verified"] for v in verification),
         "fsck_clean": bool(verification) and all(v["fsck_clean"] for v in verification),
+        "restores_checked": [
+            f"{v['newSnapshotId']}: {r['restore']}"
+            for v in verification
+            for r in v.get("restores", [])  # none diskless: the replayed blocks are compared
+        ],
+        "blocks_exact": bool(verification)
+        and all(v.get("blocks", {}).get("holds", True) for v in verification),
         "verification": verification,
     }
 
@@ -363,7 +393,7 @@ def _dry_run_fields(ctx: Context, run: Run) -> dict[str, Any]:
 def _scenario(opts: Options, fault: str) -> dict[str, Any]:
     return {"fs": opts.fs, "input": opts.input, "target": opts.target, "trigger": opts.trigger,
             "fault": fault, "os": opts.os, "boot_mode": opts.ami_boot_mode,
-            "dry_run": opts.dry_run}  # fmt: skip
+            "dry_run": opts.dry_run, "encrypted": opts.encrypted}  # fmt: skip
 
 
 def _target(result: ExecutionResult | None) -> str | None:
@@ -377,8 +407,9 @@ def _target(result: ExecutionResult | None) -> str | None:
 
 def _boot_fields(checks: Checks) -> dict[str, Any]:
     new, source = checks.boots.get("new") or {}, checks.boots.get("source") or {}
+    news = [boot for role, boot in checks.boots.items() if role.startswith("new")]
     return {
-        "new_image_boots": new.get("boots"),
+        "new_image_boots": all(boot["boots"] for boot in news) if news else None,
         "new_image_boot_seconds": new.get("seconds"),
         "source_image_boots": source.get("boots"),
         "source_image_boot_seconds": source.get("seconds"),

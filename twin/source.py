@@ -37,19 +37,31 @@ class Source:
     fingerprints: dict[str, str | None] = field(default_factory=dict)
 
 
+def source_key(emu: Emulator, opts: Options) -> str | None:
+    """ENCRYPTED (the default): a customer managed KMS key of the account for the source
+    snapshots (its default key policy lets the account use it); None: unencrypted sources."""
+    if not opts.encrypted:
+        return None
+    kms = emu.boto3_client("kms")
+    return str(
+        kms.create_key(Description="twin demo: the source snapshots' key")["KeyMetadata"]["Arn"]
+    )
+
+
 def register(emu: Emulator, opts: Options, work: Path) -> Source:
     if opts.diskless:
         from .recording import register_sources
 
         sids, images, image_id = register_sources(emu, opts, work)
         return Source("image" if image_id else "snapshot", sids, images, image_id=image_id)
+    key = source_key(emu, opts)
     if opts.input == "snapshot":
         disk = disks.build(opts.fs, work / "source.img", opts.seed)
         # The tag trigger fires on a snapshot still being taken (tag at creation, DLM, Backup).
         pending = opts.trigger == "tag"
         sid = emu.register_snapshot(
             disk.path, "twin demo: a dirty disk", dict(SOURCE_TAGS),
-            state="pending" if pending else "completed", completes=True,
+            state="pending" if pending else "completed", completes=True, kms_key_id=key,
         )  # fmt: skip
         return Source("snapshot", [sid], [disk])
     if opts.os == "debian":
@@ -63,7 +75,7 @@ def register(emu: Emulator, opts: Options, work: Path) -> Source:
     data = disks.build("bare-ext4", work / "data.img", opts.seed + 10)
     image_id, sids = emu.register_ami(
         "twin-demo-image", [("/dev/xvda", root.path), ("/dev/sdb", data.path)],
-        ami_attributes(opts),
+        ami_attributes(opts), kms_key_id=key,
     )  # fmt: skip
     emu.boto3_client("ec2").create_tags(
         Resources=[image_id], Tags=[{"Key": k, "Value": v} for k, v in SOURCE_TAGS.items()]

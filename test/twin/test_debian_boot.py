@@ -77,12 +77,17 @@ def test_the_new_ami_of_a_debian_image_boots(
         assert boot["boot_mode"] == boot_mode
         assert f"firmware={firmware}" in boot["marker"] and boot["problems"] == 0
     assert report["new_image_boot_seconds"] == new["seconds"] > 0
-    assert f"  new AMI boots    true in {new['seconds']:.1f} s ({boot_mode}" in demo.summary(report)
+    # both booted from restores made as a launch makes them: encrypted (the source is)
+    assert new["restore"] == source["restore"] == "encrypted" and "new-unencrypted" not in proof
+    assert f"  new AMI boots    true in {new['seconds']:.1f} s (encrypted restore, {boot_mode}" in (
+        demo.summary(report)
+    )
 
 
 def test_a_new_ami_that_does_not_boot_fails_the_run_and_shows_its_console() -> None:
     boot = {"image_id": "ami-1", "snapshot_id": "snap-1", "boot_mode": "legacy-bios",
             "firmware": "SeaBIOS", "interface": "nvme", "boots": False, "seconds": 25.0,
+            "restore": "encrypted",
             "marker": None, "fatal": "no GRUB", "timed_out": False,
             "console_tail": ["[   0.1] Booting from Hard Disk..."]}  # fmt: skip
     row = {"leaked_resources": 0, "iam_denials": [], "source_snapshot_unchanged": True,
@@ -94,7 +99,8 @@ def test_a_new_ami_that_does_not_boot_fails_the_run_and_shows_its_console() -> N
     assert holds({**row, "new_image_boots": False}) is False
     lines = demo._boot_lines({"boot_proof": {"new": boot}})
     assert lines == [
-        "  new AMI boots    false in 25.0 s (legacy-bios: SeaBIOS, nvme; no GRUB)",
+        "  new AMI boots    false in 25.0 s (encrypted restore, legacy-bios: SeaBIOS, nvme; "
+        "no GRUB)",
         "      console [   0.1] Booting from Hard Disk...",
     ]
     assert demo._boot_lines({"boot_proof": {"source": {**boot, "boots": True}}})[0] == (

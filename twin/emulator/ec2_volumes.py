@@ -4,6 +4,7 @@ and the volume and attachment states EC2 moves them through."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,9 @@ ATTACHING_POLLS = 1
 def _volume_status(self: Any) -> str:
     if getattr(self, "twin_creating", 0) > 0:
         return "creating"
+    fill = getattr(self, "twin_fill", None)
+    if fill is not None and fill.is_alive():
+        return "creating"
     return "in-use" if self.attachment else "available"
 
 
@@ -92,7 +96,24 @@ def _create_volume_api(self: ElasticBlockStore) -> ActionResult:
         volume.twin_creating = VOLUME_CREATING_POLLS + 1
         if token:
             tokens[token] = volume.id
+        _start_fill(emu, volume)
     return result
+
+
+def _start_fill(emu: st.EmulatorState, volume: Any) -> None:
+    """An encrypted volume made from a snapshot by CreateVolume (the workflow's source volumes,
+    a restore) gets its fill now, in the background, and stays `creating` until it has it: the
+    time goes to the volume's creation, as EBS's does, not to the command that reads it later.
+    (RunInstances' volumes stay lazy: the instance's root is never read.)"""
+    with emu.lock:
+        origin = emu.volume_origins.get(volume.id)
+        path = emu.volume_files.get(volume.id)
+    if origin is None or path is None:
+        return
+    volume.twin_fill = threading.Thread(
+        target=encryption.fill_holes, args=(path, origin), name=f"fill-{volume.id}", daemon=True
+    )
+    volume.twin_fill.start()
 
 
 def _describe_volumes(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
