@@ -15,6 +15,8 @@ import pytest
 
 from twin.scenario import Options, run
 
+pytestmark = pytest.mark.needs_root
+
 CASES = [
     # (disk, target, source encrypted)
     ("ext4-zero-files", None, True),

@@ -20,6 +20,8 @@ from twin.emulator.ec2_volumes import volume_path
 from twin.emulator.encryption import fill_block
 from twin.emulator.server import Emulator
 
+pytestmark = pytest.mark.needs_root
+
 ZONE = "us-east-1a"
 OTHER_KEY = "arn:aws:kms:us-east-1:123456789012:key/00000000-1111-2222-3333-444444444444"
 

@@ -4,7 +4,6 @@ verify() on a restore where an all-zero block a file needs was dropped."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,14 @@ import pytest
 from devkit.chunks import CHUNK
 from devkit.disks import recovered_copy
 from devkit.disks.zeros import SWAP_FILE, ZERO_PAGES_FILE, build_ext4_zero_files, ext4_file_chunks
+from devkit.pytest_ci import require_root
 from twin.checks import holds
 from twin.emulator.blockstore import written_chunks
 from twin.emulator.encryption import fill_block
 from twin.needed import check_blocks, file_data_chunks
 from twin.verify import verify
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and mounts need root")
+root_only = pytest.mark.needs_root
 
 
 def test_the_block_rule_names_blocks_beyond_held_and_file_blocks_missing() -> None:
@@ -51,8 +51,7 @@ def test_holds_needs_every_new_snapshot_exact() -> None:
 
 @pytest.fixture(scope="module")
 def zero_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if os.geteuid() != 0:
-        pytest.skip("loop devices and mounts need root")
+    require_root()
     tmp = tmp_path_factory.mktemp("zero-files")
     disk = build_ext4_zero_files(tmp / "disk.img")
     return disk, recovered_copy(disk, tmp / "reference.img")
