@@ -8,8 +8,9 @@ uploader (awslabs/coldsnap) learned it, and what this client does about it (Clie
   RetryPolicy.budget seconds (time, not a count of attempts), and every throttling answer halves
   the requests in flight (Pacer: additive increase, multiplicative decrease);
 - ResourceNotFoundException right after StartSnapshot (coldsnap #43 / PR #56: "wait and retry,
-  2 minutes"): retried for NOT_FOUND_SECONDS for a snapshot this run started (Client.started)
-  until a request to it has succeeded; after that, not found means gone;
+  2 minutes"): retried for NOT_FOUND_SECONDS for a snapshot this run started (Client.started),
+  for a request sent before any request to it succeeded (with many puts in flight, answers sent
+  before the first success may arrive after it); a request sent after that is answered "gone";
 - a put refused with a ValidationException that may be transient (INVALID_PARAMETER_VALUE, "Failed
   to read block data", nanovms/ops #1268, or one without a reason, as a checksum mismatch may be):
   the block is read and hashed again and put again, at most PUT_INVALID_RETRIES times, whatever
@@ -184,8 +185,10 @@ class Client:
         self.lock = threading.Lock()
         self.retries = 0
         self.pacer = Pacer()
-        # snapshot id -> until when "not found" is retried: started by this run, never found yet
+        # snapshot id -> until when "not found" is retried: started by this run
         self.young: dict[str, float] = {}
+        # snapshot id -> when a request to it was first sent that then succeeded
+        self.found: dict[str, float] = {}
 
     def started(self, snapshot_id: str) -> None:
         """``snapshot_id`` was started by this run: EBS may not find it for a while."""
@@ -255,6 +258,7 @@ class Client:
         started, n, invalid, refreshed = self.policy.clock(), 0, 0, False
         while True:
             sent = self.pacer.acquire()
+            sent_at = self.policy.clock()
             try:
                 result = attempt()
             except ApiError as exc:
@@ -265,13 +269,14 @@ class Client:
                     continue
                 if put and exc.transient_put:
                     invalid += 1
-                if not self._again(exc, snapshot_id, started, n, put and invalid):
+                if not self._again(exc, snapshot_id, (started, sent_at), n, put and invalid):
                     raise
             else:
                 self.pacer.release(False, sent)
                 if snapshot_id in self.young:
                     with self.lock:
-                        self.young.pop(snapshot_id, None)  # found: "not found" is final now
+                        found = self.found.get(snapshot_id, sent_at)
+                        self.found[snapshot_id] = min(found, sent_at)
                 return result
             with self.lock:
                 self.retries += 1
@@ -279,16 +284,22 @@ class Client:
             self.policy.sleep(random.uniform(0, min(self.policy.cap, backoff)))
             n += 1
 
-    def _again(self, exc: ApiError, snapshot_id: str, started: float, n: int, invalid: int) -> bool:
-        """Whether to send the request again (``invalid``: transient put refusals so far, 0 for
-        any request but a put)."""
+    def _again(
+        self, exc: ApiError, snapshot_id: str, times: "tuple[float, float]", n: int, invalid: int
+    ) -> bool:
+        """Whether to send the request again (``times``: when the call started and when this
+        attempt was sent; ``invalid``: transient put refusals so far, 0 for any request but a
+        put)."""
+        started, sent_at = times
         now = self.policy.clock()
         if n + 1 >= self.policy.attempts:
             return False
         if exc.retryable:
             return now - started < self.policy.budget
         if exc.not_found:
-            return now < self.young.get(snapshot_id, 0.0)
+            with self.lock:
+                found = self.found.get(snapshot_id, float("inf"))
+            return now < self.young.get(snapshot_id, 0.0) and sent_at < found
         return 0 < invalid <= PUT_INVALID_RETRIES
 
     # ------------------------------------------------------------------ the operations
