@@ -88,12 +88,15 @@ def xfs_log_chunks(reference: DiskImage) -> dict[str, set[int]]:
     return out
 
 
-def check_blocks(held: set[int], new: set[int], files: dict[str, set[int]]) -> dict[str, object]:
+def check_blocks(
+    held: set[int], new: set[int], files: dict[str, set[int]], excused: frozenset[int] = frozenset()
+) -> dict[str, object]:
     """The rule on a new snapshot's blocks: none outside what the source held, and every held
-    block a file needs. The answer names what broke it."""
+    block a file needs. The answer names what broke it. ``excused``: blocks outside held that
+    do not break it but are counted (see checks.replay_excused)."""
     needed = set().union(*files.values()) if files else set()
     missing = sorted(held & needed - new)
-    beyond = sorted(new - held)
+    beyond = sorted(new - held - excused)
     files_missing = sorted(name for name, chunks in files.items() if chunks & held - new)
     return {
         "held": len(held),
@@ -101,6 +104,7 @@ def check_blocks(held: set[int], new: set[int], files: dict[str, set[int]]) -> d
         "file_blocks_held": len(held & needed),
         "beyond_held": beyond[:20],
         "beyond_held_count": len(beyond),
+        "beyond_held_excused_count": len(new & excused - held),
         "file_blocks_missing": missing[:20],
         "file_blocks_missing_count": len(missing),
         "files_missing_blocks": files_missing[:10],
