@@ -164,13 +164,23 @@ def schema_bounds(prop: dict[str, Any]) -> str:
     return "; ".join(
         template.format(prop[key])
         for key, template in words.items()
-        if prop.get(key) not in (None, False)
+        # `is`, not `in`: a minimum of 0 equals False
+        if prop.get(key) is not None and prop.get(key) is not False
     )
 
 
 def execution_input_table() -> str:
     """docs/contract.md: the execution input's keys, from its JSON Schema."""
-    schema = contract("schemas/execution-input.schema")
+    return schema_table(contract("schemas/execution-input.schema"))
+
+
+def batch_selector_table() -> str:
+    """docs/batch.md: the batch input's selector keys, from its JSON Schema."""
+    return schema_table(contract("schemas/batch-input.schema")["properties"]["selector"])
+
+
+def schema_table(schema: dict[str, Any]) -> str:
+    """An object schema's keys: type, default, meaning (its description) and what is checked."""
     rows = [
         [
             f"`{key}`",
@@ -270,6 +280,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "batch-limits": lambda: limits_table("batch"),
     "contract-errors": errors_table,
     "contract-execution-input": execution_input_table,
+    "batch-selector": batch_selector_table,
     "settings": settings_table,
     "sizing": imported("compactor.sizing", "readme_table"),
     "workflow": imported("devkit.workflow_table", "workflow_table"),

@@ -140,4 +140,5 @@ def resolved(
         "maxConcurrency": max_concurrency,
         "toleratedFailurePercentage": tolerated,
         "items": items,
+        "alreadyCompacted": None,
     }

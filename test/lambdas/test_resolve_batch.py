@@ -94,12 +94,81 @@ def test_a_tag_selector_reads_every_page_and_skips_this_projects_outputs(
     assert sorted(ids(result)) == sorted(
         [snapshots["web8"], snapshots["web16"], snapshots["web32"]]
     )
-    assert len(calls) == 3  # the empty first page, then two pages of two
+    selection = [c for c in calls if {"Name": "status", "Values": ["completed"]} in c["Filters"]]
+    assert len(selection) == 3  # the empty first page, then two pages of two
     assert calls[0]["OwnerIds"] == ["self"]
     assert {"Name": "status", "Values": ["completed"]} in calls[0]["Filters"]
     assert {"Name": "tag:team", "Values": ["web"]} in calls[0]["Filters"]
     assert result["selectedBy"] == "selector" and result["count"] == 3
     assert all(item["kind"] == "snapshot" for item in result["items"])
+
+
+def delivered_copy(world: World, source_tag: str, source_id: str, delivered: bool = True) -> str:
+    """A compacted copy as a run leaves it: a snapshot (or, for an AMI source, an AMI) with this
+    project's stack and lineage tags, tagged delivered once the run delivered it."""
+    copy_tags = {"ebs-snapshot-compactor:stack": "compactor-test", source_tag: source_id}
+    if delivered:
+        copy_tags["ebs-snapshot-compactor:delivered"] = "true"
+    if source_tag.endswith("source-image"):
+        image_id = str(world.ec2.register_image(Name=f"copy-of-{source_id}")["ImageId"])
+        world.ec2.create_tags(
+            Resources=[image_id], Tags=[{"Key": k, "Value": v} for k, v in copy_tags.items()]
+        )
+        return image_id
+    return world.snapshot(size=8, tags=copy_tags)
+
+
+def test_a_repeated_selector_batch_leaves_out_what_it_compacted_already(
+    world: World, snapshots: dict[str, str]
+) -> None:
+    """Issue #22, finding 5: sources with a delivered copy (lineage tag) are left out, named with
+    their copies and the reason; an undelivered copy (a run in progress or failed) is not one;
+    selector.includeCompacted selects them again."""
+    lineage = "ebs-snapshot-compactor:source-snapshot"
+    copy8 = delivered_copy(world, lineage, snapshots["web8"])
+    delivered_copy(world, lineage, snapshots["web16"], delivered=False)
+    image = world.ec2.register_image(Name="web-2026")["ImageId"]
+    world.ec2.create_tags(Resources=[image], Tags=[{"Key": "team", "Value": "web"}])
+    ami_copy = delivered_copy(world, "ebs-snapshot-compactor:source-image", image)
+    selector: dict[str, Any] = {
+        "resourceTypes": ["snapshot", "image"],
+        "tag": {"key": "team", "value": "web"},
+    }
+    result = resolve(world, {"selector": selector})
+    assert ids(result) == sorted([snapshots["web16"], snapshots["web32"]])
+    skipped = result["alreadyCompacted"]
+    assert skipped["count"] == 2
+    assert skipped["sources"] == [
+        {"id": snapshots["web8"], "kind": "snapshot", "copies": [copy8]},
+        {"id": image, "kind": "image", "copies": [ami_copy]},
+    ]
+    assert "selector.includeCompacted" in skipped["reason"]
+    again = resolve(world, {"selector": {**selector, "includeCompacted": True}})
+    assert set(ids(again)) == {snapshots["web8"], snapshots["web16"], snapshots["web32"], image}
+    assert again["alreadyCompacted"] is None
+    # explicit items are compacted as listed
+    listed = resolve(world, {"items": [{"snapshotId": snapshots["web8"]}]})
+    assert ids(listed) == [snapshots["web8"]] and listed["alreadyCompacted"] is None
+
+
+def test_the_limit_counts_what_is_left_after_leaving_out_the_compacted(
+    world: World, snapshots: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet compacted long ago does not make the next batch too large: only the sources left
+    to compact count against batchMaxItems, and at most that many left-out ones are listed."""
+    monkeypatch.setitem(contract.limits()["batchMaxItems"], "value", 1)
+    lineage = "ebs-snapshot-compactor:source-snapshot"
+    delivered_copy(world, lineage, snapshots["web8"])
+    delivered_copy(world, lineage, snapshots["web16"])
+    result = resolve(world, {"selector": {"tag": {"key": "team", "value": "web"}}})
+    assert ids(result) == [snapshots["web32"]]
+    assert result["alreadyCompacted"]["count"] == 2
+    assert len(result["alreadyCompacted"]["sources"]) == 1
+
+
+def test_include_compacted_must_be_a_boolean(world: World) -> None:
+    message = refused(world, {"selector": {"tag": {"key": "team"}, "includeCompacted": "yes"}})
+    assert "selector.includeCompacted 'yes' is invalid: use true" in message
 
 
 def test_a_tag_key_without_value_matches_any_value(world: World, snapshots: dict[str, str]) -> None:

@@ -237,6 +237,7 @@ def test_succeeded_failed_and_skipped_items_are_reported(
         "skipped": 1,
         "estimated": 0,
         "notRun": 0,
+        "alreadyCompacted": 0,
         "storedBytesBefore": 8 * GIB + 6144 * 512 * 1024,
         "storedBytesAfter": 2 * GIB + 2048 * 512 * 1024,
         "bytesSaved": 6 * GIB + 4096 * 512 * 1024,
@@ -352,6 +353,25 @@ def test_dry_run_children_are_estimated(world: World, batch: dict[str, Any]) -> 
 def test_an_empty_batch_succeeds_with_zero_totals(world: World, batch: dict[str, Any]) -> None:
     summary = summarize(world, dict(batch, items=[], count=0), map=write_results({}))
     assert summary["outcome"] == "succeeded" and summary["totals"]["items"] == 0
+
+
+def test_sources_left_out_as_compacted_already_are_reported(
+    world: World, batch: dict[str, Any]
+) -> None:
+    """resolve_batch's alreadyCompacted goes into the report as it is, and its count into the
+    totals (and so the summary); they are not items and a batch of none still succeeds."""
+    left_out = {
+        "count": 3,
+        "reason": "a delivered compacted copy exists: set selector.includeCompacted",
+        "sources": [{"id": SNAPS[4], "kind": "snapshot", "copies": ["snap-0fedcba987654321f"]}],
+    }
+    summary = summarize(
+        world, dict(batch, items=[], count=0, alreadyCompacted=left_out), map=write_results({})
+    )
+    assert summary["outcome"] == "succeeded"
+    assert (summary["totals"]["items"], summary["totals"]["alreadyCompacted"]) == (0, 3)
+    assert stored_report(summary)["alreadyCompacted"] == left_out
+    assert stored_report(summarize(world, batch, map=write_results({})))["alreadyCompacted"] is None
 
 
 def test_the_summary_lists_at_most_twenty_failed_items_with_short_causes() -> None:

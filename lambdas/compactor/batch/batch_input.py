@@ -28,6 +28,8 @@ class Selector:
     tag_value: str | None = None
     created_before: datetime | None = None
     min_size_gib: int | None = None
+    # also select sources that already have a delivered compacted copy
+    include_compacted: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ def _selector(raw: Mapping[str, Any]) -> Selector:
         tag_value=tag.get("value"),
         created_before=_timestamp(created_before) if created_before else None,
         min_size_gib=raw.get("minSizeGiB"),
+        include_compacted=bool(raw.get("includeCompacted", False)),
     )
 
 
@@ -156,6 +159,10 @@ _WORDING: dict[tuple[str, str], _Wording] = {
     ),
     ("selector.minSizeGiB", "*"): lambda value, error: (
         f"selector.minSizeGiB {value!r} is invalid: use a whole number of GiB, at least 1"
+    ),
+    ("selector.includeCompacted", "*"): lambda value, error: (
+        f"selector.includeCompacted {value!r} is invalid: use true (also compact sources that "
+        "already have a delivered compacted copy) or false (the default: leave them out)"
     ),
     ("selector.minSavingsPercent", "*"): lambda value, error: (
         f"selector.minSavingsPercent {value!r} is invalid: use a number 0-100"

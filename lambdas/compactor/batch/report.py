@@ -177,7 +177,9 @@ def _time(value: Any) -> datetime | None:
     return None
 
 
-def totals(reported: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def totals(
+    reported: Sequence[Mapping[str, Any]], already_compacted: Mapping[str, Any] | None = None
+) -> dict[str, int]:
     def count(*outcomes: str) -> int:
         return sum(1 for i in reported if i["outcome"] in outcomes)
 
@@ -189,6 +191,7 @@ def totals(reported: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         "skipped": count("skipped"),
         "estimated": count("estimated"),
         "notRun": count("not-run"),
+        "alreadyCompacted": int(already_compacted["count"]) if already_compacted else 0,
         "storedBytesBefore": sum(int(i["storedBytesBefore"]) for i in compacted),
         "storedBytesAfter": sum(int(i["storedBytesAfter"]) for i in compacted),
         "bytesSaved": sum(int(i["bytesSaved"]) for i in compacted),
@@ -209,15 +212,19 @@ def build(
     batch_items: Sequence[Mapping[str, Any]],
     results: MapResults,
     map_error: Mapping[str, Any] | None,
+    already_compacted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`already_compacted`: resolve_batch's `alreadyCompacted` (sources the selector left out),
+    carried into the report as it is; they are not items and do not change the outcome."""
     reported = items(batch_items, results)
-    counted = totals(reported)
+    counted = totals(reported, already_compacted)
     return {
         "executionName": execution_name,
         "outcome": outcome(counted, map_error is not None),
         "mapRunArn": results.map_run_arn,
         "mapError": _map_error(map_error),
         "totals": counted,
+        "alreadyCompacted": dict(already_compacted) if already_compacted else None,
         "items": reported,
     }
 

@@ -31,7 +31,9 @@ def summarize(event: Mapping[str, Any], config: Config) -> dict[str, Any]:
         raise InvalidInput("executionName is missing from the summarize_batch payload")
     map_error = event.get("mapError")
     loaded = results.load(event.get("map"), PREFIX, event.get("executionArn"))
-    built = report.build(execution_name, batch["items"], loaded, map_error)
+    built = report.build(
+        execution_name, batch["items"], loaded, map_error, batch.get("alreadyCompacted")
+    )
     bucket, key = config.batch_results_bucket, report_key(execution_name)
     aws.s3().put_object(
         Bucket=bucket,
