@@ -8,9 +8,10 @@ uploader (awslabs/coldsnap) learned it, and what this client does about it (Clie
   RetryPolicy.budget seconds (time, not a count of attempts), and every throttling answer halves
   the requests in flight (Pacer: additive increase, multiplicative decrease);
 - ResourceNotFoundException right after StartSnapshot (coldsnap #43 / PR #56: "wait and retry,
-  2 minutes"): retried for NOT_FOUND_SECONDS for a snapshot this run started (Client.started),
-  for a request sent before any request to it succeeded (with many puts in flight, answers sent
-  before the first success may arrive after it); a request sent after that is answered "gone";
+  2 minutes"): retried for NOT_FOUND_SECONDS after this run started writing to the snapshot
+  (Client.started), even after other requests to it succeeded: EBS's view is eventually
+  consistent, and with many puts in flight the order in which its hosts answer says nothing
+  about the order in which they were sent; after that window "not found" means gone;
 - a put refused with a ValidationException that may be transient (INVALID_PARAMETER_VALUE, "Failed
   to read block data", nanovms/ops #1268, or one without a reason, as a checksum mismatch may be):
   the block is read and hashed again and put again, at most PUT_INVALID_RETRIES times, whatever
@@ -187,8 +188,6 @@ class Client:
         self.pacer = Pacer()
         # snapshot id -> until when "not found" is retried: started by this run
         self.young: dict[str, float] = {}
-        # snapshot id -> when a request to it was first sent that then succeeded
-        self.found: dict[str, float] = {}
 
     def started(self, snapshot_id: str) -> None:
         """``snapshot_id`` was started by this run: EBS may not find it for a while."""
@@ -258,7 +257,6 @@ class Client:
         started, n, invalid, refreshed = self.policy.clock(), 0, 0, False
         while True:
             sent = self.pacer.acquire()
-            sent_at = self.policy.clock()
             try:
                 result = attempt()
             except ApiError as exc:
@@ -269,14 +267,10 @@ class Client:
                     continue
                 if put and exc.transient_put:
                     invalid += 1
-                if not self._again(exc, snapshot_id, (started, sent_at), n, put and invalid):
+                if not self._again(exc, snapshot_id, started, n, put and invalid):
                     raise
             else:
                 self.pacer.release(False, sent)
-                if snapshot_id in self.young:
-                    with self.lock:
-                        found = self.found.get(snapshot_id, sent_at)
-                        self.found[snapshot_id] = min(found, sent_at)
                 return result
             with self.lock:
                 self.retries += 1
@@ -284,13 +278,9 @@ class Client:
             self.policy.sleep(random.uniform(0, min(self.policy.cap, backoff)))
             n += 1
 
-    def _again(
-        self, exc: ApiError, snapshot_id: str, times: "tuple[float, float]", n: int, invalid: int
-    ) -> bool:
-        """Whether to send the request again (``times``: when the call started and when this
-        attempt was sent; ``invalid``: transient put refusals so far, 0 for any request but a
-        put)."""
-        started, sent_at = times
+    def _again(self, exc: ApiError, snapshot_id: str, started: float, n: int, invalid: int) -> bool:
+        """Whether to send the request again (``started``: when the call started; ``invalid``:
+        transient put refusals so far, 0 for any request but a put)."""
         now = self.policy.clock()
         if n + 1 >= self.policy.attempts:
             return False
@@ -298,8 +288,7 @@ class Client:
             return now - started < self.policy.budget
         if exc.not_found:
             with self.lock:
-                found = self.found.get(snapshot_id, float("inf"))
-            return now < self.young.get(snapshot_id, 0.0) and sent_at < found
+                return now < self.young.get(snapshot_id, 0.0)
         return 0 < invalid <= PUT_INVALID_RETRIES
 
     # ------------------------------------------------------------------ the operations
