@@ -129,8 +129,9 @@ function instanceRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledge
       rule: 'IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::snapshot/*]',
       reason:
         'The direct snapshots start_compaction starts: ids unknown before; PutSnapshotBlock, CompleteSnapshot, ' +
-        'GetSnapshotBlock and ListSnapshotBlocks only on snapshots tagged with this stack, an execution and role ' +
-        'snapshot (aws:ResourceTag). The role serves every execution of the stack: a static policy cannot name one.',
+        'GetSnapshotBlock and ListSnapshotBlocks only on snapshots tagged with this stack, an execution, role ' +
+        'snapshot and, as writer-instance, the calling instance (aws:ResourceTag = ${ec2:SourceInstanceArn}): ' +
+        "this execution's snapshots only.",
     },
     {
       on,

@@ -13,3 +13,8 @@ export const ROLE_TAG = 'ebs-snapshot-compactor:role';
 export const SNAPSHOT_ROLE = 'snapshot';
 /** Put by check_snapshots on the new snapshots once all are completed. */
 export const DELIVERED_TAG = 'ebs-snapshot-compactor:delivered';
+/**
+ * On a direct snapshot: the ARN of the transfer instance that writes it, put by StartSnapshot. The instance role's
+ * EBS direct grant matches it against the caller's ec2:SourceInstanceArn.
+ */
+export const WRITER_INSTANCE_TAG = 'ebs-snapshot-compactor:writer-instance';

@@ -361,12 +361,14 @@ export const EBS_DIRECT_KMS_ACTIONS = [
 
 /**
  * kms:ViaService for the EBS direct APIs. AWS documents no value for them (EBS's own entry in the KMS guide
- * is ec2.<region>.amazonaws.com, the direct APIs' endpoint is ebs.<region>.amazonaws.com): both are EBS,
- * nothing else may use the keys through this grant. The suffix is the partition's (Aws.URL_SUFFIX:
- * amazonaws.com.cn in China, c2s.ic.gov in ISO), as the data plane's endpoint is (IMDS services/domain).
+ * is ec2.<region>.amazonaws.com, the direct APIs' endpoint is ebs.<region>.amazonaws.com, and
+ * ebs-fips.<region>.amazonaws.com where the Region has a FIPS endpoint, which the data plane uses with
+ * AWS_USE_FIPS_ENDPOINT=true): all are EBS, nothing else may use the keys through this grant. The suffix is the
+ * partition's (Aws.URL_SUFFIX: amazonaws.com.cn in China, c2s.ic.gov in ISO), as the data plane's endpoint is
+ * (IMDS services/domain). A FIPS value in a Region without FIPS endpoints never matches.
  */
 export function ebsViaServices(stack: Stack): string[] {
-  return [`ec2.${stack.region}.${stack.urlSuffix}`, `ebs.${stack.region}.${stack.urlSuffix}`];
+  return ['ec2', 'ebs', 'ebs-fips'].map((service) => `${service}.${stack.region}.${stack.urlSuffix}`);
 }
 
 /**

@@ -6,7 +6,7 @@ import { Construct } from 'constructs';
 import { Architecture } from './settings';
 import { transferEgress } from './network';
 import { ssmAgentPolicyDocument } from './ssm-agent-policy';
-import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from './tags';
+import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG, WRITER_INSTANCE_TAG } from './tags';
 import { EBS_DIRECT_KMS_ACTIONS, ebsViaServices } from './task-role';
 
 export const AL2023_AMI_PARAMETER: Record<Architecture, string> = {
@@ -85,16 +85,21 @@ export class TransferInstance extends Construct {
 
   /**
    * target snapshot: the data plane puts the blocks of the snapshots start_compaction started, completes them
-   * and (--verify) reads them back, through the EBS direct APIs, only on snapshots tagged with this stack, an
-   * execution and role `snapshot`. The role is shared by every execution of the stack, so the grant cannot
-   * name the execution: per-execution scoping is not expressible in a static policy (the instance only learns
-   * its snapshot ids from the command). Encrypted snapshots: the kmsKeyArns keys, only through EBS.
+   * and (--verify) reads them back, through the EBS direct APIs, only on snapshots of this stack (role `snapshot`)
+   * whose writer-instance tag names the calling instance. The role is shared by every execution of the stack, so
+   * the grant names the execution through the instance: IAM puts ec2:SourceInstanceArn in the request context of
+   * every call signed with credentials an EC2 instance got from its instance profile (IAM User Guide, "AWS global
+   * condition context keys", ec2:SourceInstanceArn; policy variables take single-valued keys), and the EBS direct
+   * actions take aws:ResourceTag (Service Authorization Reference, Amazon EBS). Instance ids are never reused, so
+   * another execution's snapshots, pending or delivered, and every earlier delivered one are out of reach; the
+   * source snapshot is never read through the EBS direct APIs (a volume is attached instead). Encrypted
+   * snapshots: the kmsKeyArns keys, only through EBS.
    */
   private allowDirectSnapshotWrites(stackName: string, kmsKeyArns: string[]): void {
     const stack = Stack.of(this);
     this.role.addToPolicy(
       new iam.PolicyStatement({
-        sid: 'WriteTheStacksDirectSnapshots',
+        sid: 'WriteOnlyTheDirectSnapshotsThisInstanceWrites',
         actions: [
           'ebs:PutSnapshotBlock',
           'ebs:CompleteSnapshot',
@@ -108,6 +113,7 @@ export class TransferInstance extends Construct {
           StringEquals: {
             [`aws:ResourceTag/${STACK_TAG}`]: stackName,
             [`aws:ResourceTag/${ROLE_TAG}`]: SNAPSHOT_ROLE,
+            [`aws:ResourceTag/${WRITER_INSTANCE_TAG}`]: '${ec2:SourceInstanceArn}',
           },
           Null: { [`aws:ResourceTag/${EXECUTION_TAG}`]: 'false' },
         },
@@ -116,7 +122,8 @@ export class TransferInstance extends Construct {
     this.role.addToPolicy(
       new iam.PolicyStatement({
         sid: 'WriteEncryptedDirectSnapshotsThroughEbs',
-        actions: EBS_DIRECT_KMS_ACTIONS,
+        // The EBS user guide's policy for the EBS direct APIs on encrypted snapshots lists kms:DescribeKey too.
+        actions: [...EBS_DIRECT_KMS_ACTIONS, 'kms:DescribeKey'],
         resources: kmsKeyArns,
         conditions: { StringEquals: { 'kms:ViaService': ebsViaServices(stack) } },
       }),

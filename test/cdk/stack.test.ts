@@ -331,6 +331,7 @@ describe('default stack', () => {
         'kms:ViaService': [
           via('ec2').StringEquals['kms:ViaService'],
           via('ebs').StringEquals['kms:ViaService'],
+          via('ebs-fips').StringEquals['kms:ViaService'],
         ],
       },
     };
@@ -438,7 +439,7 @@ describe('default stack', () => {
     // the statements themselves: test/cdk/direct-snapshots.test.ts
     expect(
       statements.filter((s) => actionsOf(s).some((a) => /^(ebs|kms):/.test(a))).map((s) => s.Sid),
-    ).toEqual(['WriteTheStacksDirectSnapshots', 'WriteEncryptedDirectSnapshotsThroughEbs']);
+    ).toEqual(['WriteOnlyTheDirectSnapshotsThisInstanceWrites', 'WriteEncryptedDirectSnapshotsThroughEbs']);
   });
 
   test('CreateTags: while creating, the tags of a direct snapshot, or only the delivered tag on the stack snapshots', () => {

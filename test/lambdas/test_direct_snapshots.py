@@ -158,6 +158,10 @@ def test_starts_each_snapshot_before_the_command_and_names_them_in_it(world: Wor
     assert tags["ebs-snapshot-compactor:role"] == "snapshot"
     assert tags["ebs-snapshot-compactor:execution"] == EXECUTION
     assert tags["ebs-snapshot-compactor:source-snapshot"] == source
+    # the instance role's EBS direct grant matches this against the caller's ec2:SourceInstanceArn
+    assert tags["ebs-snapshot-compactor:writer-instance"] == (
+        f"arn:aws:ec2:{REGION}:123456789012:instance/{instance['instanceId']}"
+    )
     (item,) = command["directSnapshots"]
     assert item == {
         "index": 0,
@@ -210,7 +214,12 @@ def test_the_tags_and_description_are_those_create_snapshot_gives(world: World) 
     (direct,), (made,) = started, created
     assert direct["Description"] == made["Description"] == "weekly"
     create_tags = {t["Key"]: t["Value"] for t in made["TagSpecifications"][0]["Tags"]}
-    assert {t["Key"]: t["Value"] for t in direct["Tags"]} == create_tags
+    direct_tags = {t["Key"]: t["Value"] for t in direct["Tags"]}
+    # and the writer's ARN, which only a direct snapshot needs (the instance role's grant)
+    assert direct_tags.pop("ebs-snapshot-compactor:writer-instance").endswith(
+        f":instance/{instance['instanceId']}"
+    )
+    assert direct_tags == create_tags
 
 
 def test_an_encrypted_volume_gets_the_target_key_arn(world: World) -> None:

@@ -14,7 +14,7 @@ import twin.context as context_module
 import twin.scenario as scenario_module
 from twin.iam import check as iam_check
 from twin.iam import resolve
-from twin.iam.recorder import parse
+from twin.iam.recorder import INSTANCE_CALLER, parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -143,3 +143,69 @@ def test_query_and_json_requests_are_parsed() -> None:
     auth = auth.replace("/ec2/", "/ssm/")
     environ = {"HTTP_AUTHORIZATION": auth, "HTTP_X_AMZ_TARGET": "AmazonSSM.SendCommand"}
     assert parse(environ, b'{"DocumentName": "d"}') == ("ssm", "SendCommand", {"DocumentName": "d"})
+
+
+WRITER = "aws:ResourceTag/ebs-snapshot-compactor:writer-instance"
+SOURCE_INSTANCE = "ec2:SourceInstanceArn"
+
+
+def _forged_read(call: dict[str, Any], tags: dict[str, str], caller_arn: str) -> dict[str, Any]:
+    """The instance's GetSnapshotBlock of `call`'s snapshot, with that snapshot's tags replaced
+    by `tags` and the request signed by the instance `caller_arn`."""
+    (ctx,) = call["contexts"]
+    context = {k: v for k, v in ctx["context"].items() if not k.startswith("aws:ResourceTag/")}
+    context.update({f"aws:ResourceTag/{k}": v for k, v in tags.items()})
+    context[SOURCE_INSTANCE] = caller_arn
+    forged = {**ctx, "action": "ebs:GetSnapshotBlock", "context": context}
+    return {**call, "action": "GetSnapshotBlock", "contexts": [forged]}
+
+
+def test_the_instance_reads_only_the_snapshots_it_writes(
+    recorded_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue #21 item 8: the instance role every execution shares may use the EBS direct APIs only
+    on the snapshots whose writer-instance tag names the calling instance (ec2:SourceInstanceArn):
+    another execution's pending snapshot and a delivered one of an earlier execution are denied,
+    while the run's own calls (test above) are allowed."""
+    instance_calls = [c for c in _calls(recorded_run) if c["caller"] == INSTANCE_CALLER]
+    puts = [c for c in instance_calls if c["action"] == "PutSnapshotBlock"]
+    assert puts, sorted({c["action"] for c in instance_calls})
+    # every call of the instance carries its ARN, as IAM gives it for instance-profile credentials
+    own_arns = {c["contexts"][0]["context"].get(SOURCE_INSTANCE) for c in instance_calls}
+    (own_arn,) = own_arns
+    assert own_arn and own_arn.startswith("arn:aws:ec2:") and ":instance/i-" in own_arn
+    put = puts[0]
+    own_tags = {
+        k.removeprefix("aws:ResourceTag/"): v
+        for k, v in put["contexts"][0]["context"].items()
+        if k.startswith("aws:ResourceTag/")
+    }
+    assert own_tags["ebs-snapshot-compactor:writer-instance"] == own_arn
+    other_arn = own_arn.rsplit("/", 1)[0] + "/i-0a0a0a0a0a0a0a0a0"
+    forged = [
+        # another execution's snapshot, still pending, read by this run's instance
+        _forged_read(put, {**own_tags, "ebs-snapshot-compactor:execution": "another-run",
+                           "ebs-snapshot-compactor:writer-instance": other_arn}, own_arn),
+        # this run's snapshot once delivered, read by a later execution's instance
+        _forged_read(put, {**own_tags, "ebs-snapshot-compactor:delivered": "true"}, other_arn),
+    ]  # fmt: skip
+    calls = tmp_path / "forged.jsonl"
+    calls.write_text("".join(json.dumps(c) + "\n" for c in [put, *forged]))
+
+    def check(edit: Any = None) -> list[iam_check.Denial]:
+        return iam_check.check_calls(
+            calls, recorded_run["deployment"], cdk_out=recorded_run["cdk_out"], edit_policies=edit
+        )
+
+    denials = check()
+    assert [(d.caller, d.action, d.decision) for d in denials] == [
+        (INSTANCE_CALLER, "ebs:GetSnapshotBlock", "ImplicitlyDenied")
+    ] * 2, "\n".join(map(str, denials))
+
+    def stack_tags_only(policies: iam_check.Policies) -> None:
+        """The grant as it was before issue #21: the stack's snapshots, any execution's."""
+        for entry in policies[INSTANCE_CALLER]:
+            for statement in entry.get("policy", {}).get("Statement", []):
+                statement.get("Condition", {}).get("StringEquals", {}).pop(WRITER, None)
+
+    assert check(stack_tags_only) == [], "the writer-instance condition is what denies them"

@@ -105,6 +105,10 @@ def test_a_commands_environment_is_the_instance_role(emu: Emulator, tmp_path: Pa
     assert "unmodelled" not in str(calls)
     put = next(c for c in calls if c["action"] == "PutSnapshotBlock")
     assert put["contexts"][0]["resource"] == f"arn:aws:ec2:{emu.region}::snapshot/{sid}"
+    # as IAM does for instance-profile credentials: the instance's ARN in every request context
+    assert {c["contexts"][0]["context"]["ec2:SourceInstanceArn"] for c in calls} == {
+        f"arn:aws:ec2:{emu.region}:{emu.account}:instance/i-0123456789abcdef0"
+    }
 
 
 def test_a_pending_direct_snapshot_may_be_refused_deletion(

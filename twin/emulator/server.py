@@ -87,6 +87,7 @@ class Emulator:
             self.account,
             self.ec2,
             callers_by_key=self.state.access_keys,
+            instances_by_key=self.state.instance_keys,
         )
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"

@@ -151,11 +151,13 @@ def instance_env(emu: st.EmulatorState, instance_id: str) -> dict[str, str]:
     first (sparsecopy/credentials.py), with the region and the EBS endpoint (the emulator). The
     access key is the instance's own (an instance profile's session is per instance); the IAM
     recorder attributes every request signed with it to the instance role (INSTANCE_CALLER), so
-    the check judges the instance's EBS direct calls by the synthesized instance role."""
+    the check judges the instance's EBS direct calls by the synthesized instance role, with the
+    instance's ARN as ec2:SourceInstanceArn."""
     digest = hashlib.sha256(f"instance-role:{instance_id}".encode()).digest()
     key = "ASIATWIN" + base64.b32encode(digest).decode()[:12]
     with emu.lock:
         emu.access_keys[key] = INSTANCE_CALLER
+        emu.instance_keys[key] = instance_id
     return {
         "AWS_ACCESS_KEY_ID": key,
         "AWS_SECRET_ACCESS_KEY": "twin-instance-role-secret",

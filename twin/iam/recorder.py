@@ -9,7 +9,9 @@ access key signed it (X-Amz-Credential; each function has its own key, Emulator.
 function_credentials): AWS evaluates a presigned request with the signer's permissions. A request
 without the header signed (Authorization: AWS4-HMAC-SHA256 Credential=KEY/...) with a key of the
 transfer instance's role (ssm_twin.instance_env: the data plane's EBS direct calls) is recorded as
-INSTANCE_CALLER, and the check judges it by the stack's instance role. One JSON line per request:
+INSTANCE_CALLER, and the check judges it by the stack's instance role, each authorization with
+the session key IAM adds for instance-profile credentials, ec2:SourceInstanceArn (the ARN of the
+instance the key was issued to). One JSON line per request:
 caller, service, action, params, contexts (or the reason the call could not be resolved, which
 the check reports as a failure).
 
@@ -190,11 +192,14 @@ class Recorder:
         account: str,
         ec2_backend: Any,
         callers_by_key: dict[str, str] | None = None,
+        instances_by_key: dict[str, str] | None = None,
     ) -> None:
         self.path = path
         self.state = resolve.State(region, account, ec2_backend)
         # access key id -> function: who signed a presigned URL (shared with the emulator's state)
         self.callers_by_key = callers_by_key if callers_by_key is not None else {}
+        # access key id -> the instance whose role session it is (shared with the emulator's state)
+        self.instances_by_key = instances_by_key if instances_by_key is not None else {}
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("")
@@ -212,9 +217,11 @@ class Recorder:
             "action": action,
             "params": params,
         }
+        session = self._session_context(environ)
         try:
             entry["contexts"] = [
-                c.as_json() for c in resolve.contexts(service, action, params, self.state)
+                {**c.as_json(), "context": {**c.context, **session}}
+                for c in resolve.contexts(service, action, params, self.state)
             ]
         except resolve.UnmodelledCall as exc:
             entry["unmodelled"] = str(exc)
@@ -224,6 +231,14 @@ class Recorder:
             )
         with self._lock, self.path.open("a") as out:
             out.write(json.dumps(entry, default=str) + "\n")
+
+    def _session_context(self, environ: dict[str, Any]) -> dict[str, str]:
+        """ec2:SourceInstanceArn of a request signed with an instance's role session, else {}."""
+        key = signed_access_key(environ)
+        instance = self.instances_by_key.get(key) if key else None
+        if not instance:
+            return {}
+        return {"ec2:SourceInstanceArn": self.state.ec2_arn("instance", instance)}
 
     def caller_of(self, environ: dict[str, Any]) -> str | None:
         """The role a request is judged as: its X-Twin-Caller, the signer of a presigned URL, or
@@ -261,9 +276,10 @@ def install(
     account: str,
     ec2_backend: Any,
     callers_by_key: dict[str, str] | None = None,
+    instances_by_key: dict[str, str] | None = None,
 ) -> Recorder:
     """Wrap the WSGI app of a started ThreadedMotoServer (werkzeug serves `server._server.app`)."""
-    recorder = Recorder(path, region, account, ec2_backend, callers_by_key)
+    recorder = Recorder(path, region, account, ec2_backend, callers_by_key, instances_by_key)
     wsgi = server._server
     wsgi.app = recorder.wrap(wsgi.app)
     return recorder

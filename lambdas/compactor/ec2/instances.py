@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+import boto3
 from botocore.exceptions import ClientError
 
 from compactor import aws
@@ -39,6 +40,22 @@ def describe(instance_id: str) -> InstanceTypeDef | None:
         raise
     found = [i for r in reservations for i in r.get("Instances", [])]
     return found[0] if found else None
+
+
+def instance_arn(instance_id: str) -> str:
+    """The instance's ARN as IAM gives it in ec2:SourceInstanceArn for calls signed with its role
+    (arn:PARTITION:ec2:REGION:ACCOUNT:instance/ID): the account is the reservation's owner, the
+    partition the Region's (botocore's endpoint data: aws-cn, aws-us-gov, aws-iso...)."""
+    reservations = aws.ec2().describe_instances(InstanceIds=[instance_id])["Reservations"]
+    owners = [r["OwnerId"] for r in reservations if r.get("OwnerId")]
+    if not owners:
+        raise InstanceLost(
+            f"transfer instance {instance_id} is not listed by DescribeInstances any more: the "
+            "workflow launches a new one"
+        )
+    region = aws.region()
+    partition = boto3.session.Session().get_partition_for_region(region)
+    return f"arn:{partition}:ec2:{region}:{owners[0]}:instance/{instance_id}"
 
 
 def raise_if_lost(instance: InstanceTypeDef) -> None:

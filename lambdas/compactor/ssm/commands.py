@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from compactor import aws, direct_snapshots, source_blocks
 from compactor.config import Config
-from compactor.ec2.instances import describe, raise_if_lost
+from compactor.ec2.instances import describe, instance_arn, raise_if_lost
 from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput, SnapshotFailed
 from compactor.models import (
     AttachedVolume,
@@ -111,7 +111,7 @@ def start(
     # the one pinned at synth
     program_url = source_blocks.presigned_url(config.program_bucket, config.program_key)
     direct = (
-        direct_snapshots.start(plan, launch_attempt, config)
+        direct_snapshots.start(plan, launch_attempt, config, instance_arn(instance["instanceId"]))
         if writes_direct_snapshots(plan)
         else None
     )
