@@ -123,7 +123,7 @@ def environment_table() -> str:
     return table(["variable", "set on", "read by", "meaning", "checked"], rows)
 
 
-def limits_table(prefix: str = "") -> str:
+def limits_table(prefix: str | tuple[str, ...] = "") -> str:
     rows = [
         [f"`{name}`", f"{number(limit['value'])} {limit['unit']}", limit["description"]]
         for name, limit in contract("limits")["limits"].items()
@@ -277,7 +277,8 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "contract-task-summaries": task_summaries,
     "contract-environment": environment_table,
     "contract-limits": limits_table,
-    "batch-limits": lambda: limits_table("batch"),
+    # the batch's own limits and the EBS quotas a batch is sized against
+    "batch-limits": lambda: limits_table(("batch", "ebs")),
     "contract-errors": errors_table,
     "contract-execution-input": execution_input_table,
     "batch-selector": batch_selector_table,

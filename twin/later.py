@@ -10,7 +10,6 @@ with its own clock as far on, as its schedule would run it then.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -24,14 +23,9 @@ from .cfn import Deployment, Function
 from .emulator import ebs_direct
 from .emulator.server import Emulator
 from .iam.recorder import CALLER_HEADER
-from .options import REPO
+from .limits import limit
 
 SWEEP_HANDLER = "compactor.handlers.sweep.handler"
-LIMITS = REPO / "contract" / "limits.json"
-
-
-def limit(name: str) -> int:
-    return int(json.loads(LIMITS.read_text())["limits"][name]["value"])
 
 
 def minutes_until_swept(function: Function) -> int:

@@ -51,9 +51,10 @@ _HINTS = {
     ),
     "ServiceQuotaExceededException": (
         "an account quota of EBS is reached (at most 100 snapshots may be pending in the "
-        "account: a batch starts maxConcurrency x its items' volumes at once, docs/batch.md): "
-        "wait for other snapshots to finish, lower the batch's maxConcurrency, ask for a higher "
-        'quota, or start again with target "volume"'
+        "account; a batch keeps its own running children below it, so others are pending: "
+        "other runs, another batch, docs/batch.md Limits): wait for other snapshots to finish, "
+        "lower the batches' maxConcurrency, ask for a higher quota, or start again with target "
+        '"volume"'
     ),
     "ConflictException": (
         "the client token was already used with other parameters: a workflow bug, start again"

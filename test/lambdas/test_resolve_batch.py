@@ -20,7 +20,7 @@ from compactor.batch import names
 from compactor.errors import InvalidInput
 from compactor.handlers import resolve_batch
 from conftest import World
-from support import amend, assert_valid, respond
+from support import amend, assert_valid, capture, respond
 
 BATCH = "nightly-2026-11-23"
 RESULT_SCHEMA = schemas.result_schema("resolve_batch")
@@ -440,3 +440,110 @@ def test_options_too_large_for_the_payload_are_refused_with_a_way_out(world: Wor
     message = refused(world, batch_input)
     assert "the batch's 50 items with these options make" in message
     assert "split it into batches of about" in message
+
+
+# --- EBS's pending snapshots quota (compactor/batch/pending.py) -------------------------------
+
+
+def _amis(volumes: dict[str, int]) -> list[dict[str, Any]]:
+    """AMIs as DescribeImages describes them: id -> its EBS volumes from snapshots (plus an
+    ephemeral mapping, which starts no snapshot)."""
+    return [
+        {
+            "ImageId": image_id,
+            "State": "available",
+            "BlockDeviceMappings": [
+                *(
+                    {
+                        "DeviceName": f"/dev/xvd{chr(97 + n)}",
+                        "Ebs": {"SnapshotId": f"snap-{n:017x}"},
+                    }
+                    for n in range(count)
+                ),
+                {"DeviceName": "/dev/sdx", "VirtualName": "ephemeral0"},
+            ],
+        }
+        for image_id, count in volumes.items()
+    ]
+
+
+def _serve_amis(volumes: dict[str, int]) -> list[dict[str, Any]]:
+    """Answer DescribeImages' image-id filter with the AMIs of `volumes` it names (an id not
+    there does not exist); returns the calls."""
+    images = _amis(volumes)
+
+    def answer(params: dict[str, Any]) -> dict[str, Any]:
+        (wanted,) = [f["Values"] for f in params["Filters"] if f["Name"] == "image-id"]
+        assert "ImageIds" not in params, "an id that does not exist must not fail the call"
+        return {"Images": [i for i in images if i["ImageId"] in wanted]}
+
+    return respond(aws.ec2(), "DescribeImages", answer)
+
+
+def _ami_id(n: int) -> str:
+    return f"ami-{n:017x}"
+
+
+def _ami_batch(volumes: list[int], **batch: Any) -> tuple[dict[str, Any], dict[str, int]]:
+    counts = {_ami_id(n): v for n, v in enumerate(volumes)}
+    return {"items": [{"imageId": i} for i in counts], **batch}, counts
+
+
+def test_a_batch_that_could_pass_the_pending_snapshots_quota_is_refused(world: World) -> None:
+    """12 AMIs of 10 volumes, 12 at once: up to 120 direct snapshots pending, over EBS's 100."""
+    assert contract.limit("ebsPendingSnapshotsPerAccount") == 100
+    batch_input, counts = _ami_batch([10] * 12, maxConcurrency=12)
+    calls = _serve_amis(counts)
+    message = refused(world, batch_input)
+    assert "with maxConcurrency 12 this batch could hold 120 snapshots pending at once" in message
+    assert "quota of 100 pending snapshots per account" in message
+    assert "give maxConcurrency 10 or less" in message
+    assert len(calls) == 1
+    # 10 at once is 100: fits
+    assert resolve(world, {**batch_input, "maxConcurrency": 10})["count"] == 12
+
+
+@pytest.mark.parametrize(
+    ("volumes", "batch", "fits"),
+    [
+        # the largest items count: one AMI of 10 and many of 1, 20 at once: 10 + 19 = 29
+        ([10] + [1] * 30, {"maxConcurrency": 20}, True),
+        # 11 AMIs of 10 and 9 of 1, 20 at once: 110 + 9 = 119
+        ([10] * 11 + [1] * 9, {"maxConcurrency": 20}, False),
+        # dry runs and target volume start no snapshot with StartSnapshot
+        ([10] * 20, {"maxConcurrency": 20, "options": {"dryRun": True}}, True),
+        ([10] * 20, {"maxConcurrency": 20, "options": {"target": "volume"}}, True),
+        ([10] * 20, {"maxConcurrency": 20, "options": {"method": "trim"}}, True),
+        # an estimate first does not change what the compaction child starts
+        ([10] * 20, {"maxConcurrency": 20, "minSavingsPercent": 10}, False),
+    ],
+)
+def test_the_pending_bound_counts_what_the_running_children_start(
+    world: World, volumes: list[int], batch: dict[str, Any], fits: bool
+) -> None:
+    batch_input, counts = _ami_batch(volumes, **batch)
+    _serve_amis(counts)
+    if fits:
+        assert resolve(world, batch_input)["count"] == len(volumes)
+    else:
+        assert "snapshots pending at once" in refused(world, batch_input)
+
+
+def test_an_ami_not_found_or_with_too_many_volumes_counts_nothing(world: World) -> None:
+    """Their children fail in prepare (ImageNotFound, TooManyVolumes) before any StartSnapshot."""
+    batch_input, counts = _ami_batch([10] * 9 + [11] * 5 + [10] * 5, maxConcurrency=20)
+    for missing in range(14, 19):
+        del counts[_ami_id(missing)]
+    _serve_amis(counts)
+    # counted: the 9 AMIs of 10 (90); 5 of 11 volumes and 5 missing would make 140 if counted
+    assert resolve(world, batch_input)["count"] == 19
+
+
+def test_snapshots_alone_never_look_up_anything(world: World) -> None:
+    batch_input = {
+        "items": [{"snapshotId": f"snap-{n:017x}"} for n in range(30)],
+        "maxConcurrency": contract.limit("batchMaxConcurrency"),
+    }
+    calls = capture(aws.ec2(), "DescribeImages")
+    assert resolve(world, batch_input)["count"] == 30
+    assert calls == []

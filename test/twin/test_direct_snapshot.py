@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from twin import later
+from twin import later, limits
 from twin.checks import check
 from twin.context import Context, setup
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
@@ -196,7 +196,7 @@ def test_a_refused_pending_delete_is_left_to_time_out_then_swept(cdk_out, tmp_pa
         assert emu.ec2.snapshots[started].status == "pending"
         # its Timeout later it is `error`; the sweeper (past its grace period) deletes it
         minutes = later.minutes_until_swept(later.sweep_function(ctx.d))
-        assert minutes > later.limit("directSnapshotTimeoutMinutes")
+        assert minutes > limits.limit("directSnapshotTimeoutMinutes")
         runs = later.sweep_later(emu, ctx.d, minutes)
         removed = [r["id"] for run in runs for e in run["executions"] for r in e["removed"]]
         assert started in removed, runs

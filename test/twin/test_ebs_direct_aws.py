@@ -28,6 +28,7 @@ from twin.emulator import ebs_direct_write
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import NOT_FOUND_REQUESTS, Faults
 from twin.emulator.server import Emulator
+from twin.limits import limit
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -101,6 +102,9 @@ def test_defaults_are_aws_harsh() -> None:
     assert faults.ebs_seal_not_found and faults.ebs_strict_completion
     assert faults.ebs_transient_put_failures > 0 and faults.ebs_lost_completions > 0
     assert faults.ebs_account_puts_per_second == faults.ebs_snapshot_puts_per_second == 1000
+    # EBS's quotas as contract/limits.json states them (resolve_batch sizes a batch by them)
+    assert faults.ebs_account_puts_per_second == limit("ebsPutsPerSecondPerAccount")
+    assert faults.ebs_pending_snapshots == limit("ebsPendingSnapshotsPerAccount") == 100
 
 
 def test_right_after_start_the_snapshot_is_not_found(emu: Emulator) -> None:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..limits import limit
+
 FAULTS = (
     "spot-capacity",
     "no-capacity",
@@ -48,10 +50,11 @@ PUTS_THROTTLED = 25
 # API's shape): the first requests after StartSnapshot find no snapshot (coldsnap #43: up to ~2
 # minutes against AWS; counted here, so that every run meets it whatever its timing) ...
 NOT_FOUND_REQUESTS = 3
-# ... and PutSnapshotBlock's quota: 1,000 puts per second per snapshot and per account; at most
-# 100 snapshots pending in the account (StartSnapshot beyond: ServiceQuotaExceededException).
-PUTS_PER_SECOND = 1000
-PENDING_SNAPSHOTS = 100
+# ... and EBS's quotas (contract/limits.json, which docs/batch.md sizes a batch by):
+# PutSnapshotBlock 1,000 puts per second per snapshot and per account; at most 100 snapshots
+# pending in the account (StartSnapshot beyond: ServiceQuotaExceededException).
+PUTS_PER_SECOND = limit("ebsPutsPerSecondPerAccount")
+PENDING_SNAPSHOTS = limit("ebsPendingSnapshotsPerAccount")
 
 
 class FaultError(ValueError):

@@ -15,7 +15,7 @@ from compactor import contract
 from compactor.batch import names
 from compactor.batch.batch_input import BatchInput
 from compactor.errors import InvalidInput, SnapshotInOtherRegion
-from compactor.validation import parse_execution_input
+from compactor.validation import ExecutionInput, parse_execution_input
 
 # room kept in the state for the Map's own result and Step Functions' wrapping
 PAYLOAD_MARGIN_BYTES = 16 * 1024
@@ -87,11 +87,28 @@ def _check_input(
     child_input: Mapping[str, Any], index: int, bare: str, region: str, trigger_tag_key: str
 ) -> None:
     try:
-        parse_execution_input(dict(child_input), region, trigger_tag_key)
-    except SnapshotInOtherRegion:
-        pass  # the item's own problem: its child fails with this error, the others go on
+        _parse(child_input, region, trigger_tag_key)
     except InvalidInput as error:
         raise InvalidInput(f"item {index} ({bare}): {error}") from None
+
+
+def _parse(
+    child_input: Mapping[str, Any], region: str, trigger_tag_key: str
+) -> ExecutionInput | None:
+    """The child's execution input as prepare reads it; None for a snapshot ARN of another
+    Region (the item's own problem: its child fails with SnapshotInOtherRegion, the others go
+    on)."""
+    try:
+        return parse_execution_input(dict(child_input), region, trigger_tag_key)
+    except SnapshotInOtherRegion:
+        return None
+
+
+def starts_snapshots(child_input: Mapping[str, Any], region: str, trigger_tag_key: str) -> bool:
+    """Whether the child starts its new snapshots with StartSnapshot (target snapshot, not a dry
+    run): those count against EBS's pending snapshots quota (compactor/batch/pending.py)."""
+    request = _parse(child_input, region, trigger_tag_key)
+    return request is not None and not request.dry_run and request.target == "snapshot"
 
 
 def check_payload(batch: Mapping[str, Any], raw_input: Any) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compactor import aws, contract, tags
-from compactor.batch import items, selector
+from compactor.batch import items, pending, selector
 from compactor.batch.batch_input import parse_batch_input
 from compactor.errors import InvalidInput
 
@@ -30,6 +30,7 @@ def resolve(raw_input: Any, batch_name: str, trigger_tag_key: str) -> dict[str, 
         sources = selector.ids(found.sources)
         selected_by = "selector"
     built = items.build(request, sources, batch_name, aws.region(), trigger_tag_key)
+    pending.check(built, request.max_concurrency, aws.region(), trigger_tag_key)
     batch = {
         "executionName": batch_name,
         "selectedBy": selected_by,
