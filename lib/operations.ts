@@ -14,6 +14,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import contractMetrics from '../contract/metrics.json';
 import contractTasks from '../contract/tasks.json';
+import { deliveredOutputDenies } from './delivered-outputs';
 import { Settings } from './settings';
 import { STACK_TAG } from './tags';
 import {
@@ -162,6 +163,8 @@ export class Operations extends Construct {
         resources: [ec2Arn('instance'), ec2Arn('volume'), ec2Arn('snapshot', ''), ec2Arn('image', '')],
         conditions: { StringEquals: { [`aws:ResourceTag/${STACK_TAG}`]: this.stackName } },
       }),
+      // teardown's code keeps delivered outputs; IAM makes sure (lib/delivered-outputs.ts)
+      ...deliveredOutputDenies(stack),
       new iam.PolicyStatement({
         sid: 'AskWhetherTheExecutionRuns',
         actions: ['states:DescribeExecution'],

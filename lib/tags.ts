@@ -11,8 +11,13 @@ export const EXECUTION_TAG = 'ebs-snapshot-compactor:execution';
 export const ROLE_TAG = 'ebs-snapshot-compactor:role';
 /** ROLE_TAG's value on a new snapshot (CreateSnapshot of a target volume, or StartSnapshot of a direct one). */
 export const SNAPSHOT_ROLE = 'snapshot';
-/** Put by check_snapshots on the new snapshots once all are completed. */
+/**
+ * Put by check_snapshots on the new snapshots once all are completed, and by register_image on the new AMI at
+ * RegisterImage; no role may delete, deregister or untag what carries it (lib/delivered-outputs.ts).
+ */
 export const DELIVERED_TAG = 'ebs-snapshot-compactor:delivered';
+/** The only value DELIVERED_TAG ever has. */
+export const DELIVERED_VALUE = 'true';
 /**
  * On a direct snapshot: the ARN of the transfer instance that writes it, put by StartSnapshot. The instance role's
  * EBS direct grant matches it against the caller's ec2:SourceInstanceArn.

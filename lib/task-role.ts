@@ -2,6 +2,7 @@ import { ArnFormat, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as s3 from 'aws-cdk-lib/aws-s3';
 import { Construct } from 'constructs';
+import { deliveredOutputDenies } from './delivered-outputs';
 import { BATCH_RESULTS_PREFIX } from './source-blocks-bucket';
 import { DELIVERED_TAG, EXECUTION_TAG, ROLE_TAG, SNAPSHOT_ROLE, STACK_TAG } from './tags';
 
@@ -220,9 +221,13 @@ function snapshotAndImageStatements(c: StatementContext): iam.PolicyStatement[] 
   ];
 }
 
-/** Attach, delete, terminate, deregister and enable FSR only on what carries the stack tag. */
+/**
+ * Attach, delete, terminate, deregister and enable FSR only on what carries the stack tag; never delete, deregister
+ * or untag a delivered output (lib/delivered-outputs.ts).
+ */
 function changeStatements(c: StatementContext): iam.PolicyStatement[] {
   return [
+    ...deliveredOutputDenies(c.stack),
     new iam.PolicyStatement({
       sid: 'ChangeOnlyTheStacksResources',
       actions: [

@@ -216,6 +216,8 @@ def registration_request(
     image_tags.update(plan["tags"])
     image_tags.update(tags.ownership(config.stack_name, plan["executionName"], tags.ROLE_IMAGE))
     image_tags[tags.SOURCE_IMAGE] = spec["imageId"]
+    # delivered from birth: it is registered on delivered snapshots, and kept whatever follows
+    image_tags[tags.DELIVERED] = tags.DELIVERED_VALUE
     request: RegisterImageRequestTypeDef = {
         "Name": name,
         "Architecture": spec["architecture"],  # type: ignore[typeddict-item]

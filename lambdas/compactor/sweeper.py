@@ -4,8 +4,8 @@ down with compactor.teardown, once the execution has ended and a grace period ha
 What it looks at: everything tagged `ebs-snapshot-compactor:stack` = this stack (paginated
 DescribeInstances, DescribeVolumes, DescribeSnapshots OwnerIds=self, DescribeImages Owners=self),
 minus what is gone (terminated instances, deleted volumes, deregistered AMIs) and minus the
-delivered outputs: a snapshot tagged `ebs-snapshot-compactor:delivered`, and every AMI of an
-execution that delivered a snapshot. What is left is grouped by the execution tag.
+delivered outputs: a snapshot or AMI tagged `ebs-snapshot-compactor:delivered`, and every AMI of
+an execution that delivered a snapshot. What is left is grouped by the execution tag.
 
 For each execution it asks Step Functions (DescribeExecution on the main state machine):
 - RUNNING or PENDING_REDRIVE: kept (the execution still owns it).
@@ -238,6 +238,8 @@ def _leftovers(stack_name: str) -> Iterator[tuple[str, str, dict[str, str], Any,
             image_tags = tags.from_aws(image.get("Tags"))
             if image.get("State") == "deregistered":
                 continue
+            if tags.is_delivered(image_tags):
+                continue  # registered delivered (register_image): an output
             if image_tags.get(tags.EXECUTION, "") in delivered_executions:
                 continue  # an AMI of a delivered execution is an output
             yield "image", image["ImageId"], image_tags, image.get("CreationDate"), None

@@ -17,8 +17,10 @@ SOURCE_SNAPSHOT = PREFIX + "source-snapshot"
 SOURCE_IMAGE = PREFIX + "source-image"
 # on a source volume (role source-volume): the plan's volume index it was created for
 VOLUME_INDEX = PREFIX + "volume-index"
-# put by check_snapshots on every new snapshot once all of them are completed (the delivery point):
-# teardown never deletes a snapshot carrying it, nor an AMI whose snapshots carry it
+# put by check_snapshots on every new snapshot once all of them are completed (the delivery point),
+# and by register_image on the new AMI as it registers it (an AMI exists only after that point):
+# teardown never deletes a snapshot or AMI carrying it, nor an AMI whose snapshots carry it, and the
+# roles' explicit Denies (lib/delivered-outputs.ts) refuse deleting, deregistering or untagging it
 DELIVERED = PREFIX + "delivered"
 DELIVERED_VALUE = "true"
 # on a direct snapshot (target snapshot): the ARN of the transfer instance that writes it. The

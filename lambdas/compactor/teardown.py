@@ -9,11 +9,13 @@ Outcomes: `success` and `retry` remove the transfer instance and the volumes; `f
 `cleanup` (the cleanup state machine, started when an execution ended FAILED, TIMED_OUT or
 ABORTED) also deregister the execution's AMIs and delete its new snapshots, EXCEPT what was
 delivered: a snapshot tagged `ebs-snapshot-compactor:delivered` (check_snapshots puts it once all
-new snapshots are completed) is never deleted, and once any snapshot of the execution is
-delivered none of its AMIs is deregistered. `keep` names more to leave in place. `retry` (before
-a relaunch) also deletes the undelivered snapshots: with target snapshot, the direct snapshots of
-the lost attempt (the next attempt starts new ones). Every outcome deletes the execution's
-undelivered snapshots in state `error` (a direct snapshot EBS cancelled: never an output).
+new snapshots are completed) is never deleted, and neither is an AMI carrying it (register_image
+registers the AMI with it) or any AMI once any snapshot of the execution is delivered; the roles'
+explicit Denies back this (lib/delivered-outputs.ts). `keep` names more to leave in place. `retry`
+(before a relaunch) also deletes the undelivered snapshots: with target snapshot, the direct
+snapshots of the lost attempt (the next attempt starts new ones). Every outcome deletes the
+execution's undelivered snapshots in state `error` (a direct snapshot EBS cancelled: never an
+output).
 
 A pending snapshot whose DeleteSnapshot EC2 refuses (IncorrectState, or any other 4xx but
 InUse: AWS does not document whether a pending direct snapshot may be deleted) is not waited
@@ -349,12 +351,18 @@ def _images(
     images: Sequence[Mapping[str, Any]], delivered: set[str], keep: Keep, progress: _Progress
 ) -> set[str]:
     """Deregisters the execution's AMIs but those to keep; returns the snapshots the kept ones
-    use. An AMI exists only after delivery: once anything is delivered, every AMI stays."""
+    use. An AMI exists only after delivery: once anything is delivered, every AMI stays, and so
+    does an AMI tagged delivered (register_image tags it so; IAM refuses its deregistration)."""
     used_by_kept_images: set[str] = set()
     for image in images:
         image_id = image["ImageId"]
         image_snapshots = set(_image_snapshot_ids(image))
-        if image_id == keep.image_id or delivered or image_snapshots & keep.snapshot_ids:
+        if (
+            image_id == keep.image_id
+            or delivered
+            or tags.is_delivered(tags.from_aws(image.get("Tags")))
+            or image_snapshots & keep.snapshot_ids
+        ):
             progress.kept_images.append(image_id)
             used_by_kept_images |= image_snapshots
             continue

@@ -8,6 +8,7 @@ import * as path from 'node:path';
 import { Template } from 'aws-cdk-lib/assertions';
 import {
   DELIVERED_TAG,
+  DELIVERED_VALUE,
   EXECUTION_TAG,
   ROLE_TAG,
   SNAPSHOT_ROLE,
@@ -119,6 +120,7 @@ describe('the tag keys the policies condition on', () => {
       ROLE_TAG,
       SNAPSHOT_ROLE,
       DELIVERED_TAG,
+      DELIVERED_VALUE,
       WRITER_INSTANCE_TAG,
     }).toEqual({
       STACK_TAG: pyConstant('STACK'),
@@ -126,6 +128,7 @@ describe('the tag keys the policies condition on', () => {
       ROLE_TAG: pyConstant('ROLE'),
       SNAPSHOT_ROLE: pyConstant('ROLE_SNAPSHOT'),
       DELIVERED_TAG: pyConstant('DELIVERED'),
+      DELIVERED_VALUE: pyConstant('DELIVERED_VALUE'),
       WRITER_INSTANCE_TAG: pyConstant('WRITER_INSTANCE'),
     });
   });

@@ -5,7 +5,7 @@ import contractTasks from '../../contract/tasks.json';
 import { contractMetric } from '../../lib/operations';
 import { readSettings, SettingsError } from '../../lib/settings';
 import { withCdkJsonContext } from './cdk-json';
-import { synthTemplate } from './support';
+import { expectDeliveredOutputDenies, synthTemplate } from './support';
 
 /** lib/operations.ts: the sweeper and its schedule and role, the alarm topic, the alarms, the dashboard. */
 
@@ -116,9 +116,16 @@ describe('operations', () => {
     const destructive = statements.filter((s) =>
       [s.Action].flat().some((a) => /^ec2:(Terminate|Delete|Deregister)/.test(a)),
     );
-    expect(destructive.map((s) => s.Sid)).toEqual(['RemoveOnlyTheStacksResources']);
-    // nothing that creates, starts or stops: the sweeper only removes
-    const actions = statements.flatMap((s) => [s.Action].flat()).filter((a) => !/^(xray|logs):/.test(a));
+    expect(destructive.filter((s) => s.Effect === 'Allow').map((s) => s.Sid)).toEqual([
+      'RemoveOnlyTheStacksResources',
+    ]);
+    // teardown's code keeps delivered outputs; IAM makes sure
+    expectDeliveredOutputDenies(statements);
+    // nothing that creates, starts or stops: the sweeper only removes (a Deny grants nothing)
+    const actions = statements
+      .filter((s) => s.Effect === 'Allow')
+      .flatMap((s) => [s.Action].flat())
+      .filter((a) => !/^(xray|logs):/.test(a));
     expect(actions.filter((a) => /Create|Run|Start|Stop|Put(?!Events)/.test(a))).toEqual([]);
     expect(actions).not.toContain('*');
   });

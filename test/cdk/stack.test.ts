@@ -12,12 +12,13 @@ import {
   writeLambdaAsset,
 } from '../../lib/task-functions';
 import { programArchive, programSha256 } from '../../lib/command-document';
-import { synthTemplate } from './support';
+import { expectDeliveredOutputDenies, synthTemplate } from './support';
 
 const STACK_TAG = 'ebs-snapshot-compactor:stack';
 
 type Statement = {
   Sid?: string;
+  Effect?: string;
   Action: string | string[];
   Resource: unknown;
   Condition?: Record<string, Record<string, unknown>>;
@@ -268,7 +269,7 @@ describe('default stack', () => {
       'ec2:DeregisterImage',
       'ec2:EnableFastSnapshotRestores',
     ]) {
-      const statements = statementsWith(taskStatements, action);
+      const statements = statementsWith(taskStatements, action).filter((s) => s.Effect !== 'Deny');
       expect(statements.length).toBeGreaterThan(0);
       for (const statement of statements) {
         expect(statement.Condition).toEqual({
@@ -443,7 +444,7 @@ describe('default stack', () => {
   });
 
   test('CreateTags: while creating, the tags of a direct snapshot, or only the delivered tag on the stack snapshots', () => {
-    const tagging = statementsWith(taskStatements, 'ec2:CreateTags');
+    const tagging = statementsWith(taskStatements, 'ec2:CreateTags').filter((s) => s.Effect !== 'Deny');
     expect(tagging.map((s) => s.Sid)).toEqual([
       'TagOnlyWhileCreating',
       'MarkTheStacksSnapshotsDelivered',
@@ -463,6 +464,24 @@ describe('default stack', () => {
       'ForAllValues:StringEquals': { 'aws:TagKeys': ['ebs-snapshot-compactor:delivered'] },
     });
   });
+  test('a delivered output may not be deleted, deregistered, untagged or re-tagged (explicit Denies)', () => {
+    expectDeliveredOutputDenies(taskStatements);
+    // the transfer instance's role cannot do any of it in the first place
+    const instanceRoleIds = Object.keys(template.findResources('AWS::IAM::Role')).filter((id) =>
+      id.startsWith('TransferInstanceRole'),
+    );
+    expect(instanceRoleIds).toHaveLength(1);
+    const instanceActions = Object.values(template.findResources('AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify(p.Properties.Roles).includes(instanceRoleIds[0]))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement as Statement[])
+      .flatMap(actionsOf);
+    expect(instanceActions.length).toBeGreaterThan(0);
+    for (const action of ['ec2:DeleteSnapshot', 'ec2:DeregisterImage', 'ec2:DeleteTags', 'ec2:CreateTags']) {
+      expect(instanceActions).not.toContain(action);
+    }
+    expect(instanceActions.filter((a) => a === '*' || a === 'ec2:*')).toEqual([]);
+  });
+
   test('iam:PassRole only for the instance role, only to EC2', () => {
     const passRole = statementsWith(taskStatements, 'iam:PassRole');
     expect(passRole).toHaveLength(1);

@@ -115,3 +115,39 @@ export function reachable(definition: AslDefinition, from: string, notThrough: s
   }
   return seen;
 }
+
+/**
+ * A role may not delete, deregister, untag or re-tag a delivered output (lib/delivered-outputs.ts): the three
+ * explicit Denies, as synthesized, among `statements` (a role's policy statements).
+ */
+export function expectDeliveredOutputDenies(
+  statements: { Sid?: string; Effect?: string; Action: unknown; Resource: unknown; Condition?: unknown }[],
+): void {
+  const delivered = 'ebs-snapshot-compactor:delivered';
+  const denies = Object.fromEntries(
+    statements.filter((s) => s.Effect === 'Deny' && s.Sid).map((s) => [s.Sid as string, s]),
+  );
+  const outputs = JSON.stringify([
+    denies.NeverDeleteDeliveredOutputs?.Resource,
+    denies.NeverUntagDeliveredOutputs?.Resource,
+    denies.TheDeliveredTagIsOnlyEverTrue?.Resource,
+  ]);
+  expect(outputs.match(/::snapshot\/\*/g)).toHaveLength(3);
+  expect(outputs.match(/::image\/\*/g)).toHaveLength(3);
+  const carriesTheTag = { Null: { [`aws:ResourceTag/${delivered}`]: 'false' } };
+  expect(denies.NeverDeleteDeliveredOutputs).toMatchObject({
+    Action: ['ec2:DeleteSnapshot', 'ec2:DeregisterImage'],
+    Condition: carriesTheTag,
+  });
+  expect(denies.NeverUntagDeliveredOutputs).toMatchObject({
+    Action: 'ec2:DeleteTags',
+    Condition: carriesTheTag,
+  });
+  expect(denies.TheDeliveredTagIsOnlyEverTrue).toMatchObject({
+    Action: 'ec2:CreateTags',
+    Condition: {
+      'ForAnyValue:StringEquals': { 'aws:TagKeys': [delivered] },
+      StringNotEquals: { [`aws:RequestTag/${delivered}`]: 'true' },
+    },
+  });
+}

@@ -85,6 +85,8 @@ def test_registers_an_equivalent_ami_on_the_new_snapshots(world: World) -> None:
                     {"Key": "ebs-snapshot-compactor:execution", "Value": EXECUTION},
                     {"Key": "ebs-snapshot-compactor:role", "Value": "image"},
                     {"Key": "ebs-snapshot-compactor:source-image", "Value": SOURCE_IMAGE_ID},
+                    # delivered from birth (issue #22, finding 8): the roles may not deregister it
+                    {"Key": "ebs-snapshot-compactor:delivered", "Value": "true"},
                 ],
             }
         ],

@@ -165,6 +165,19 @@ def test_a_delivered_snapshot_and_its_ami_are_never_deleted(world: World, machin
     assert {r["type"] for r in swept["removed"]} == {"instance", "volume"}
 
 
+def test_an_ami_tagged_delivered_is_not_a_leftover(world: World, machine: str) -> None:
+    """register_image registers the AMI tagged delivered: the sweeper leaves it out (and the
+    roles may not deregister it), even when no snapshot of its execution carries the tag."""
+    start(machine, "exec-ami-delivered", abort=True)
+    ids = leave(world, "exec-ami-delivered", image=True)
+    world.ec2.create_tags(
+        Resources=[ids["image"]], Tags=tags.to_aws({tags.DELIVERED: tags.DELIVERED_VALUE})
+    )
+    swept = entry(sweeper.sweep(config(), later(48)), "exec-ami-delivered")
+    assert "image" not in swept["found"]
+    assert alive(world, ids)["image"] is True
+
+
 def test_a_succeeded_execution_loses_only_its_instance_and_volumes(
     world: World, machine: str
 ) -> None:

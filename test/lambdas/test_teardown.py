@@ -239,6 +239,17 @@ def test_any_delivered_snapshot_keeps_every_ami_but_undelivered_snapshots_go(
     assert result["deletedSnapshots"] == []
 
 
+def test_an_ami_tagged_delivered_stays_and_so_do_its_snapshots(world: World) -> None:
+    """register_image tags the AMI delivered (the roles may not deregister it): teardown keeps it,
+    and the snapshots it uses, even where no snapshot of the execution carries the tag."""
+    snapshot = new_snapshot(world, delivered=False)
+    ami = image(world, [snapshot])
+    world.ec2.create_tags(Resources=[ami], Tags=[DELIVERED])
+    result = run(world, "cleanup")
+    assert (result["keptImages"], result["deregisteredImages"]) == ([ami], [])
+    assert (result["keptSnapshots"], result["deletedSnapshots"]) == ([snapshot], [])
+
+
 def test_a_partly_delivered_execution_deletes_only_the_undelivered_snapshot(world: World) -> None:
     delivered = new_snapshot(world, delivered=True)
     undelivered = new_snapshot(world, delivered=False)

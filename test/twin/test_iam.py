@@ -209,3 +209,120 @@ def test_the_instance_reads_only_the_snapshots_it_writes(
                 statement.get("Condition", {}).get("StringEquals", {}).pop(WRITER, None)
 
     assert check(stack_tags_only) == [], "the writer-instance condition is what denies them"
+
+
+class _FixedTags(resolve.State):
+    """The emulator's view of a few outputs: their tags as a run leaves them."""
+
+    def __init__(self, region: str, account: str, tags: dict[str, dict[str, str]]) -> None:
+        super().__init__(region, account)
+        self._tags = tags
+
+    def tags(self, resource_id: str) -> dict[str, str]:
+        return dict(self._tags.get(resource_id, {}))
+
+
+def _function(run: dict[str, Any], module: str) -> str:
+    """The twin's name of the function whose handler is compactor.handlers.<module>."""
+    (name,) = [
+        fn.name
+        for fn in run["deployment"].functions.values()
+        if fn.handler.startswith(f"compactor.handlers.{module}.")
+    ]
+    return name
+
+
+def _decisions(
+    run: dict[str, Any], tmp_path: Path, tags: dict[str, dict[str, str]], calls: list[Any]
+) -> dict[tuple[str, str, str], str]:
+    """(caller, call, resource id) -> the policies' decision on each (caller, service, action,
+    params) of `calls`, the resources' tags at the time being `tags`."""
+    deployment = run["deployment"]
+    state = _FixedTags(deployment.region, deployment.account, tags)
+    recording = tmp_path / "calls.jsonl"
+    with recording.open("w") as out:
+        for caller, service, action, params in calls:
+            contexts = resolve.contexts(service, action, params, state)
+            entry = {"caller": caller, "service": service, "action": action, "params": params}
+            out.write(json.dumps({**entry, "contexts": [c.as_json() for c in contexts]}) + "\n")
+    denials = iam_check.check_calls(recording, deployment, cdk_out=run["cdk_out"])
+    decided = {
+        (caller, f"{service}:{action}", _resource_id(params)): "Allowed"
+        for caller, service, action, params in calls
+    }
+    for denial in denials:
+        key = (denial.caller, denial.call, denial.resource.rsplit("/", 1)[-1])
+        assert key in decided, denial
+        decided[key] = denial.decision
+    return decided
+
+
+def _resource_id(params: dict[str, Any]) -> str:
+    for key in ("SnapshotId", "ImageId"):
+        if key in params:
+            return str(params[key])
+    return str(params["ResourceId"][0])
+
+
+def test_no_role_may_delete_untag_or_retag_a_delivered_output(
+    recorded_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue #22, finding 8: "never delete a delivered output" is IAM's promise too. The task
+    role (teardown) and the sweeper's role are explicitly denied DeleteSnapshot/DeregisterImage
+    of an output tagged delivered, DeleteTags on it, and CreateTags setting the delivered tag to
+    anything but true; the same outputs undelivered (a run that fails before delivery) may go,
+    and check_snapshots may still mark its snapshots delivered."""
+    stack = recorded_run["deployment"].stack_name
+    delivered_key = "ebs-snapshot-compactor:delivered"
+
+    def output(role: str, delivered: bool) -> dict[str, str]:
+        own = {
+            "ebs-snapshot-compactor:stack": stack,
+            "ebs-snapshot-compactor:execution": "run-1",
+            "ebs-snapshot-compactor:role": role,
+        }
+        return {**own, delivered_key: "true"} if delivered else own
+
+    snap, ami = "snap-0d0000000000000d1", "ami-0d0000000000000d1"
+    new_snap, new_ami = "snap-0a0000000000000a1", "ami-0a0000000000000a1"
+    other_snap = "snap-0a0000000000000a2"
+    tags = {
+        snap: output("snapshot", True),
+        ami: output("image", True),
+        new_snap: output("snapshot", False),
+        new_ami: output("image", False),
+        other_snap: output("snapshot", False),
+    }
+    teardown, sweep = _function(recorded_run, "teardown"), _function(recorded_run, "sweep")
+    check = _function(recorded_run, "check_snapshots")
+    delivered_false = [{"Key": delivered_key, "Value": "false"}]
+    calls = [
+        *[
+            (caller, "ec2", action, {key: resource})
+            for caller in (teardown, sweep)
+            for action, key, resource in (
+                ("DeleteSnapshot", "SnapshotId", snap),
+                ("DeregisterImage", "ImageId", ami),
+                ("DeleteSnapshot", "SnapshotId", new_snap),
+                ("DeregisterImage", "ImageId", new_ami),
+            )
+        ],
+        (teardown, "ec2", "DeleteTags", {"ResourceId": [snap], "Tag": [{"Key": delivered_key}]}),
+        (teardown, "ec2", "DeleteTags", {"ResourceId": [ami]}),  # no keys: every tag
+        (check, "ec2", "CreateTags", {"ResourceId": [snap], "Tag": delivered_false}),
+        (check, "ec2", "CreateTags", {"ResourceId": [other_snap], "Tag": delivered_false}),
+        (check, "ec2", "CreateTags", {"ResourceId": [new_snap], "Tag": [{"Key": delivered_key,
+                                                                         "Value": "true"}]}),
+    ]  # fmt: skip
+    decided = _decisions(recorded_run, tmp_path, tags, calls)
+    for caller in (teardown, sweep):
+        assert decided[(caller, "ec2:DeleteSnapshot", snap)] == "ExplicitlyDenied"
+        assert decided[(caller, "ec2:DeregisterImage", ami)] == "ExplicitlyDenied"
+        assert decided[(caller, "ec2:DeleteSnapshot", new_snap)] == "Allowed"
+        assert decided[(caller, "ec2:DeregisterImage", new_ami)] == "Allowed"
+    assert decided[(teardown, "ec2:DeleteTags", snap)] == "ExplicitlyDenied"
+    assert decided[(teardown, "ec2:DeleteTags", ami)] == "ExplicitlyDenied"
+    assert decided[(check, "ec2:CreateTags", snap)] == "ExplicitlyDenied"
+    assert decided[(check, "ec2:CreateTags", other_snap)] == "ExplicitlyDenied"
+    # check_snapshots' own call: the delivered tag, true, on the stack's new snapshot
+    assert decided[(check, "ec2:CreateTags", new_snap)] == "Allowed"

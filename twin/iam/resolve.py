@@ -375,6 +375,16 @@ def _create_tags(p: dict[str, Any], s: State) -> list[Context]:
     ]
 
 
+@resolver("ec2:DeleteTags")
+def _delete_tags(p: dict[str, Any], s: State) -> list[Context]:
+    """DeleteTags on each resource: its tags, and the keys the request names (aws:TagKeys; none
+    when it names no tag, which deletes every user tag), with the values it names, if any."""
+    named = _as_list(p.get("Tag"))
+    context: dict[str, Any] = {"aws:TagKeys": sorted(t["Key"] for t in named)}
+    context.update({f"aws:RequestTag/{t['Key']}": t["Value"] for t in named if "Value" in t})
+    return [_existing("ec2:DeleteTags", r, s, context) for r in _as_list(p.get("ResourceId"))]
+
+
 @resolver("ec2:TerminateInstances")
 def _terminate(p: dict[str, Any], s: State) -> list[Context]:
     return [_existing("ec2:TerminateInstances", i, s) for i in _as_list(p.get("InstanceId"))]
