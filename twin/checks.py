@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
+
+from devkit.restore import replay_written
 
 from . import boot_proof
 from .context import Context
@@ -91,37 +92,13 @@ def _verification(ctx: Context, run: Run) -> tuple[list[dict[str, Any]], int, li
             try:
                 ref = reference(source.disks[index], work / "reference.img")
                 row = _restores_checked(ctx, source.disks[index], ref, held, new_id)
-                excused = replay_excused(ctx, emu.snapshot_file(new_id), chunks - held)
-                row["blocks"] = check_blocks(held, chunks, file_data_chunks(ref), excused)
+                replayed = replay_written(emu.snapshot_file(sid), source.disks[index].partitions,
+                                          work / "replayed.img", sid)  # fmt: skip
+                row["blocks"] = check_blocks(held, chunks, file_data_chunks(ref), replayed)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             verification.append({"sourceSnapshotId": sid, "newSnapshotId": new_id, **row})
     return verification, new_chunks_total, panels
-
-
-# sparsecopy's own note on a partition whose journal or log it replayed: it then copies every
-# needed block, held or not, since it cannot tell which unheld blocks the replay wrote.
-REPLAY_NOTE = "replay wrote to the source"
-
-
-def replay_excused(ctx: Context, snapshot: Path, beyond: set[int]) -> frozenset[int]:
-    """The blocks outside the source's held set that the rule lets pass, counted in the report:
-    all-zero blocks, and only when the program said a replay wrote to the source. Such a block
-    reads as zeros where the source read zeros or random bytes; what it costs is compaction
-    (issue #19 stays open on telling the blocks a replay wrote from the rest)."""
-    logs = ctx.logdir / "commands"
-    said = logs.is_dir() and any(
-        REPLAY_NOTE in f.read_text(errors="replace") for f in logs.glob("*.stderr")
-    )
-    if not said or not beyond:
-        return frozenset()
-    excused = set()
-    with open(snapshot, "rb") as f:
-        for chunk in beyond:
-            f.seek(chunk * EBS_BLOCK)
-            if not f.read(EBS_BLOCK).strip(b"\0"):
-                excused.add(chunk)
-    return frozenset(excused)
 
 
 def _restores_checked(

@@ -89,14 +89,16 @@ def xfs_log_chunks(reference: DiskImage) -> dict[str, set[int]]:
 
 
 def check_blocks(
-    held: set[int], new: set[int], files: dict[str, set[int]], excused: frozenset[int] = frozenset()
+    held: set[int], new: set[int], files: dict[str, set[int]], replayed: set[int] | None = None
 ) -> dict[str, object]:
-    """The rule on a new snapshot's blocks: none outside what the source held, and every held
-    block a file needs. The answer names what broke it. ``excused``: blocks outside held that
-    do not break it but are counted (see checks.replay_excused)."""
+    """The rule on a new snapshot's blocks: none outside what the source held and what a
+    journal/log replay writes there (``replayed``: devkit.restore.replay_written, found on a
+    restore of the source without sparsecopy), and every held block a file needs. The answer
+    names what broke it."""
+    replayed = replayed or set()
     needed = set().union(*files.values()) if files else set()
     missing = sorted(held & needed - new)
-    beyond = sorted(new - held - excused)
+    beyond = sorted(new - held - replayed)
     files_missing = sorted(name for name, chunks in files.items() if chunks & held - new)
     return {
         "held": len(held),
@@ -104,7 +106,7 @@ def check_blocks(
         "file_blocks_held": len(held & needed),
         "beyond_held": beyond[:20],
         "beyond_held_count": len(beyond),
-        "beyond_held_excused_count": len(new & excused - held),
+        "beyond_held_replayed_count": len(new & replayed - held),
         "file_blocks_missing": missing[:20],
         "file_blocks_missing_count": len(missing),
         "files_missing_blocks": files_missing[:10],

@@ -22,7 +22,13 @@ This package names them all in one place for the tests.
 
 from devkit.chunks import source_block_list
 from devkit.commands import run
-from devkit.disks.bare import build_bare_ext2_crashed, build_bare_ext4, build_btrfs, build_empty
+from devkit.disks.bare import (
+    build_bare_ext2_crashed,
+    build_bare_ext4,
+    build_bare_xfs_crashed,
+    build_btrfs,
+    build_empty,
+)
 from devkit.disks.checks import (
     data_chunks,
     file_hashes,
@@ -98,6 +104,7 @@ __all__ = [
     "Partition",
     "build_bare_ext2_crashed",
     "build_bare_ext4",
+    "build_bare_xfs_crashed",
     "build_btrfs",
     "build_empty",
     "build_ext4_swap",

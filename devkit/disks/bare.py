@@ -3,6 +3,7 @@ ext2, btrfs) or nothing at all (never written)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from devkit.commands import run
@@ -39,6 +40,27 @@ def build_bare_ext2_crashed(path: Path, size: int = 96 * MIB, seed: int = 9) -> 
     with partition_mount(disk, 1) as mnt:
         disk.files[1] = fill_dirty(mnt, seed, files=4, file_size=4 * MIB, delete=(2,))
         disk.files[1].update(crash_after_writes(mnt, seed + 100, files=2, file_size=4 * MIB))
+    return disk
+
+
+def build_bare_xfs_crashed(path: Path, size: int = 400 * MIB, seed: int = 31) -> DiskImage:
+    """A never-written volume made one XFS, a few files synced, then 3,000 empty files created
+    and the filesystem shut down: their inode chunks and directory blocks lie in space no write
+    reached before, and only the log holds them, so the log's replay writes blocks a snapshot
+    of this volume does not hold (the case sparsecopy must add to held ∩ needed)."""
+    create_sparse(path, size)
+    disk = DiskImage(path, size, "none", [Partition(1, 0, size, "xfs")])
+    mkfs(disk, 1)
+    empty = hashlib.sha256(b"").hexdigest()
+    with partition_mount(disk, 1) as mnt:
+        disk.files[1] = fill_dirty(mnt, seed, files=2, file_size=4 * MIB, delete=(2,))
+        for group in range(3):
+            (mnt / f"many{group}").mkdir()
+            for i in range(1000):
+                name = f"many{group}/f{i:04d}-a-name-long-enough-to-need-directory-blocks"
+                (mnt / name).touch()
+                disk.files[1][name] = empty
+        disk.files[1].update(crash_after_writes(mnt, seed + 100, files=1, file_size=MIB))
     return disk
 
 

@@ -30,10 +30,10 @@ has lost the only recovery copies (e2fsck -b), and neither e2fsck nor a mount wr
 """
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from .blockdev import run
-from .extents import Extents, complement
+from .extents import Extents, complement, normalize
 
 GROUP_CSUM_FEATURES = ("metadata_csum", "uninit_bg", "gdt_csum")
 
@@ -57,6 +57,76 @@ def replay_journal(device: str) -> str:
     if proc.returncode not in (0, 1):  # 1 = fixed (journal replayed)
         return f"journal replay failed: {proc.stderr.strip() or proc.stdout.strip()}"
     return ""
+
+
+def _tid_after(a: int, b: int) -> bool:
+    """jbd2's tid_gt: transaction ids wrap at 2**32."""
+    return 0 < (a - b) & 0xFFFFFFFF < 0x80000000
+
+
+def _logged_blocks(logdump: str) -> set[int]:
+    """The filesystem blocks jbd2 recovery writes home, from ``debugfs -R "logdump -a"``: every
+    block tagged in a committed transaction unless a revoke record of that or a later committed
+    transaction names it (recovery.c: a transaction without its commit block is not replayed)."""
+    tagged: dict[int, list[int]] = {}
+    revoked: dict[int, list[int]] = {}
+    committed: set[int] = set()
+    sequence = -1
+    for line in logdump.splitlines():
+        found = re.match(r"(?:Found expected sequence|Dumping \w+ block, sequence) (\d+)", line)
+        if found:
+            sequence = int(found.group(1))
+            if re.search(r", type 2 \(commit block\)", line):
+                committed.add(sequence)
+            continue
+        tag = re.match(r"\s+FS block (\d+) logged at journal block", line)
+        if tag:
+            tagged.setdefault(sequence, []).append(int(tag.group(1)))
+        revoke = re.match(r"\s+Revoke FS block (\d+)", line)
+        if revoke:
+            revoked.setdefault(sequence, []).append(int(revoke.group(1)))
+    last_revoke: dict[int, int] = {}
+    for sequence in committed & set(revoked):
+        for block in revoked[sequence]:
+            seen = last_revoke.get(block)
+            if seen is None or _tid_after(sequence, seen):
+                last_revoke[block] = sequence
+    out: set[int] = set()
+    for sequence in committed & set(tagged):
+        for block in tagged[sequence]:
+            revoke_seq = last_revoke.get(block)
+            if revoke_seq is None or _tid_after(sequence, revoke_seq):
+                out.add(block)
+    return out
+
+
+def journal_writes(device: str) -> Optional[Extents]:
+    """Byte ranges of the partition that the pending journal's replay (``replay_journal``) writes,
+    read before it runs: the blocks the journal logs (``_logged_blocks``), the journal's own
+    superblock, and what e2fsck rewrites when it closes the filesystem (boot block, superblock,
+    primary group descriptors; the MMP block). None when that cannot be told: an external
+    journal, fast commits (their replay rewrites inodes and bitmaps from tags, not logged
+    blocks), or a journal debugfs cannot dump."""
+    header = run(["dumpe2fs", "-h", device]).stdout
+    features = _features(header).split()
+    if "fast_commit" in features or not re.search(r"^Journal inode:\s*8$", header, re.M):
+        return None
+    dump = run(["debugfs", "-R", "logdump -a", device], check=False)
+    home = run(["debugfs", "-R", "bmap <8> 0", device], check=False)
+    if dump.returncode != 0 or home.returncode != 0 or not home.stdout.strip().isdigit():
+        return None
+    size = int(_field(header, "Block size"))
+    blocks, per_group = int(_field(header, "Block count")), int(_field(header, "Blocks per group"))
+    first = int(_field(header, "First block"))
+    desc = int(_field(header, "Group descriptor size")) if "64bit" in features else 32
+    groups = -(-(blocks - first) // per_group)
+    gdt_blocks = -(-(groups * desc) // size)
+    written = [(0, (first + 1 + gdt_blocks) * size), (int(home.stdout) * size, size)]
+    mmp = re.search(r"^MMP block number:\s*(\d+)$", header, re.M)
+    if mmp:
+        written.append((int(mmp.group(1)) * size, size))
+    written.extend((block * size, size) for block in _logged_blocks(dump.stdout))
+    return normalize(written)
 
 
 def _features(header: str) -> str:

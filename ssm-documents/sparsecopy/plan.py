@@ -13,10 +13,11 @@ from typing import Callable, NamedTuple, Optional
 from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
 from .blockdev import flush, partition_device
 from .errors import Failure
-from .extents import Extents, complement, shift, total
+from .extents import Extents, complement, intersect, normalize, shift, total
 from .partitions import Layout, Partition, read_layout
 from .probe import detect
 from .progress import human, log
+from .replayed import LogWatch, block_count, unlisted
 from .source_blocks import Held
 
 ALLOCATED, RAW, HEADER, TRIM = "allocated", "raw", "header", "trim"
@@ -64,9 +65,10 @@ class PartPlan:
         self.note = ""
         self.fsck = ""
         self.needed: Optional[int] = None  # with --source-blocks: bytes needed before ∩ held
-        # With --source-blocks: a journal/log replay wrote to this partition of the source, maybe
-        # into blocks the list does not hold, so its needed bytes are read whole.
+        # A journal/log replay wrote to this partition of the source, maybe into blocks the
+        # list does not hold: ``written`` says where (disk bytes; None: it could not be told).
         self.rewritten = False
+        self.written: Optional[Extents] = None
 
     def use(self, method: str, extents: Extents, note: str = "") -> None:
         self.method = method
@@ -156,10 +158,12 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
         pending = fs_ext.needs_recovery(device)
         if pending and recover:
             plan.rewritten = True
+            written = fs_ext.journal_writes(device)  # the journal's record, before it is replayed
             failure = fs_ext.replay_journal(device)
             if failure:
                 plan.raw(f"{failure}; copying every non-zero block")
                 return
+            plan.written = None if written is None else shift(written, plan.start)
         try:
             ext = fs_ext.read_map(device)
         except (Failure, ValueError) as exc:
@@ -186,14 +190,27 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
         plan.use(ALLOCATED, allocated, "journal replayed" if pending else "")
 
 
-def _plan_xfs(plan: PartPlan, device: str, recover: bool) -> None:
+def _replay_xfs(plan: PartPlan, device: str, held: Optional[Held]) -> str:
+    """Mount and unmount; with a block list, also find what the mount wrote (the log's record
+    of the buffers it replays, and the log blocks that changed). "" or why it failed."""
+    plan.rewritten = True
+    if held is None:
+        return fs_xfs.replay_log(device)
+    written = fs_xfs.log_writes(device)
+    watch = LogWatch(device, plan.start, fs_xfs.log_range(device), held)
+    failure = fs_xfs.replay_log(device)
+    if not failure and written is not None:
+        plan.written = normalize(shift(written, plan.start) + watch.changed())
+    return failure
+
+
+def _plan_xfs(plan: PartPlan, device: str, recover: bool, held: Optional[Held]) -> None:
     if recover and fs_xfs.log_is_clean(device):
         # nothing to replay: not mounted, so the source stays as the snapshot holds it (a mount
         # would write log blocks, also where a --source-blocks list holds nothing)
         log(f"partition {plan.number}: xfs log is clean: not mounted")
     elif recover:
-        plan.rewritten = True
-        failure = fs_xfs.replay_log(device)
+        failure = _replay_xfs(plan, device, held)
         if failure:
             plan.raw(f"{failure}; free-space map untrusted, copying every non-zero block")
             return
@@ -257,17 +274,27 @@ def _plan_trim(plan: PartPlan, method: str, scratch: Optional[Scratch]) -> None:
 
 
 def _limit(plan: PartPlan, held: Held) -> None:
-    """needed ∩ held, unless a replay wrote to the partition (then whatever it needs is read)."""
+    """needed ∩ (held + what a replay wrote): a block the replay wrote is the replay's output,
+    needed whether the list holds it or not; any other unlisted block reads as zeros or random
+    bytes on the source and is left out. When the replay's writes could not be told, every
+    needed byte is read (the note says so)."""
     plan.needed = total(plan.extents)
-    if plan.rewritten:
-        why = "replay wrote to the source: needed bytes read whether the block list holds them"
-        plan.note = f"{plan.note}; {why}" if plan.note else why
+    why = ""
+    if plan.rewritten and plan.written is None:
+        why = "replay wrote to the source where it could not be told: needed bytes read whole"
+    elif plan.rewritten and plan.written is not None:
+        replayed = intersect(plan.extents, plan.written)
+        extra = block_count(unlisted(replayed, held))
+        plan.extents = normalize(held.clip(plan.extents) + replayed)
+        why = f"the replay wrote {extra} needed block(s) the list does not hold: copied"
     else:
         plan.extents = held.clip(plan.extents)
+    if why:
+        plan.note = f"{plan.note}; {why}" if plan.note else why
 
 
 def _plan_partition(
-    plan: PartPlan, source: str, disk_size: int, recover: bool, read: Reader
+    plan: PartPlan, source: str, disk_size: int, recover: bool, read: Reader, held: Optional[Held]
 ) -> None:
     """A partition's map: ext4/XFS through their tools (after replay), NTFS/FAT parsed here."""
     fs = plan.fs
@@ -280,7 +307,7 @@ def _plan_partition(
             if fs == "ext4":
                 _plan_ext(plan, device, recover)
             else:
-                _plan_xfs(plan, device, recover)
+                _plan_xfs(plan, device, recover, held)
     elif fs in ("ntfs", "vfat"):
         _plan_parsed(plan, read)
     elif fs == "swap":
@@ -314,7 +341,7 @@ def plan_disk(
         if plan.fs in KERNEL_TRIMMABLE and (method == TRIM or plan.fs == "btrfs"):
             _plan_trim(plan, method, scratch)
         else:
-            _plan_partition(plan, source, disk_size, recover, read)
+            _plan_partition(plan, source, disk_size, recover, read, held)
         if held is not None:
             _limit(plan, held)
         log(

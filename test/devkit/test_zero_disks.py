@@ -49,3 +49,14 @@ def test_restore_keeps_held_chunks_and_fills_the_rest_deterministically(tmp_path
     assert restore.restore_image(image, tmp_path / "three", "other").read_bytes() != data
     blocks = restore.restore_blocks({1: bytes(chunks.CHUNK)}, len(data), tmp_path / "b", "key")
     assert blocks.read_bytes() == data
+
+
+@pytest.mark.needs_root
+def test_replay_written_finds_the_unheld_blocks_a_replay_writes(tmp_path: Path) -> None:
+    crashed = disks.build_bare_ext4(tmp_path / "crashed.img", crash=True)
+    work = tmp_path / "work.img"
+    replayed = restore.replay_written(crashed.path, crashed.partitions, work, "key")
+    assert replayed and not replayed & chunks.written_chunks(crashed.path)
+    assert not work.exists()
+    clean = disks.build_bare_ext4(tmp_path / "clean.img")
+    assert restore.replay_written(clean.path, clean.partitions, work, "key") == set()

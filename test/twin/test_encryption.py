@@ -14,10 +14,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from twin_helpers import holey_image
 
+from devkit.restore import absent_block
 from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.ec2_volumes import volume_path
-from twin.emulator.encryption import fill_block
 from twin.emulator.server import Emulator
 
 pytestmark = pytest.mark.needs_root
@@ -61,12 +61,12 @@ def test_encrypted_restore_reads_its_keys_bytes_where_the_snapshot_holds_nothing
     assert _block(path, 101) == b"z" * EBS_BLOCK
     # an absent block reads the decryption of zeros: not zeros, the same for the same key
     # and index, different for another index or key
-    assert _block(path, 50) == fill_block(key, 50) != bytes(EBS_BLOCK)
-    assert fill_block(key, 50) != fill_block(key, 51)
-    assert fill_block(key, 50) != fill_block(OTHER_KEY, 50)
+    assert _block(path, 50) == absent_block(key, 50) != bytes(EBS_BLOCK)
+    assert absent_block(key, 50) != absent_block(key, 51)
+    assert absent_block(key, 50) != absent_block(OTHER_KEY, 50)
     other, other_path = _volume(emulator, SnapshotId=snap, Encrypted=True, KmsKeyId=OTHER_KEY)
     assert other["KmsKeyId"] == OTHER_KEY
-    assert _block(other_path, 50) == fill_block(OTHER_KEY, 50)
+    assert _block(other_path, 50) == absent_block(OTHER_KEY, 50)
 
 
 def test_a_volume_from_an_encrypted_snapshot_is_encrypted_with_its_key(
@@ -75,7 +75,7 @@ def test_a_volume_from_an_encrypted_snapshot_is_encrypted_with_its_key(
     snap = emulator.register_snapshot(holey_image(tmp_path / "disk.img"), kms_key_id=OTHER_KEY)
     described, path = _volume(emulator, SnapshotId=snap)
     assert (described["Encrypted"], described["KmsKeyId"]) == (True, OTHER_KEY)
-    assert _block(path, 7) == fill_block(OTHER_KEY, 7)
+    assert _block(path, 7) == absent_block(OTHER_KEY, 7)
 
 
 def test_encryption_by_default_and_launch_mappings_encrypt_restores(
@@ -92,11 +92,11 @@ def test_encryption_by_default_and_launch_mappings_encrypt_restores(
     mapped = instance["Reservations"][0]["Instances"][0]["BlockDeviceMappings"]
     volume_id = next(m["Ebs"]["VolumeId"] for m in mapped if m["DeviceName"] == "/dev/sdf")
     key = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]["KmsKeyId"]
-    assert _block(volume_path(emulator.state, volume_id), 3) == fill_block(key, 3)
+    assert _block(volume_path(emulator.state, volume_id), 3) == absent_block(key, 3)
     ec2.enable_ebs_encryption_by_default()
     described, path = _volume(emulator, SnapshotId=snap)
     assert described["Encrypted"]
-    assert _block(path, 3) == fill_block(described["KmsKeyId"], 3)
+    assert _block(path, 3) == absent_block(described["KmsKeyId"], 3)
 
 
 def test_a_blank_encrypted_volume_reads_zeros(emulator: Emulator) -> None:

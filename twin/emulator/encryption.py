@@ -3,7 +3,8 @@ volume is unencrypted, and when it is encrypted the decryption of zeros under th
 i.e. pseudo-random bytes (awslabs/coldsnap #395/#396/#470, bottlerocket-os/bottlerocket #2169:
 an unwritten region of an encrypted launch read as garbage).
 
-The model: a volume is encrypted when its snapshot is, when CreateVolume or a RunInstances
+The model (the bytes: devkit.restore.absent_block, shared with the data-plane tests' restores):
+a volume is encrypted when its snapshot is, when CreateVolume or a RunInstances
 mapping asks for Encrypted=true, or when the account has EBS encryption by default. Its key is the
 KmsKeyId asked for, else the snapshot's key, else the account's default EBS key. Before anything
 reads the volume, the twin writes into every 512 KiB block the snapshot does not hold the
@@ -25,7 +26,6 @@ place the twin is kinder than EBS; the workflow never snapshots a volume made fr
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from collections.abc import Iterable
@@ -33,11 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from devkit.restore import absent_block
 
 from .blockstore import EBS_BLOCK, written_chunks
-
-_ZEROS = bytes(EBS_BLOCK)
 
 
 @dataclass
@@ -51,14 +49,6 @@ class FilledVolume:
     held: frozenset[int] = frozenset()
     filled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-
-def fill_block(kms_key_id: str, index: int) -> bytes:
-    """The 512 KiB an encrypted volume of this key reads at a block index its snapshot lacks."""
-    key = hashlib.sha512(f"twin-ebs-volume-key:{kms_key_id}".encode()).digest()  # AES-256-XTS
-    tweak = index.to_bytes(16, "little")
-    decryptor = Cipher(algorithms.AES(key), modes.XTS(tweak)).decryptor()
-    return decryptor.update(_ZEROS) + decryptor.finalize()
 
 
 def volume_kms_key(backend: Any, volume: Any) -> str | None:
@@ -96,7 +86,7 @@ def fill_holes(path: Path, origin: FilledVolume) -> None:
         try:
             for index in range(blocks):
                 if index not in held:
-                    os.pwrite(fd, fill_block(origin.kms_key_id, index), index * EBS_BLOCK)
+                    os.pwrite(fd, absent_block(origin.kms_key_id, index), index * EBS_BLOCK)
         finally:  # no fsync: loop devices read the file through the same page cache
             os.close(fd)
         origin.held, origin.filled = held, True
@@ -121,7 +111,7 @@ def written_blocks(path: Path, origin: FilledVolume) -> set[int]:
             if index in origin.held:
                 continue
             f.seek(index * EBS_BLOCK)
-            if f.read(EBS_BLOCK) != fill_block(origin.kms_key_id, index):
+            if f.read(EBS_BLOCK) != absent_block(origin.kms_key_id, index):
                 out.add(index)
     return out
 
