@@ -53,7 +53,7 @@ def recovered_copy(disk: DiskImage, dest: Path) -> DiskImage:
     Mounting each kernel filesystem read-write replays its journal/log; the copy is then "the
     source's view after its own recovery", the reference every target file is checked against.
     """
-    run("cp", "--sparse=always", str(disk.path), str(dest))
+    chunks.copy_image(disk.path, dest)  # its written zeros stay written, as the source's
     copy = disk.copy_at(dest)
     for part in copy.partitions:
         if part.fs in ("ext4", "xfs", "btrfs"):
@@ -90,6 +90,7 @@ def seed_method_image(disk: DiskImage, dest: Path) -> Path:
     filesystem has free space. ``nonzero_chunks(dest)`` is then what ``ddpt oflag=sparse`` onto a
     blank volume writes: the baseline every sparsecopy result is compared against.
     """
+    # only its non-zero chunks count (what ddpt oflag=sparse writes), so holes for zeros are fine
     run("cp", "--sparse=always", str(disk.path), str(dest))
     image = disk.copy_at(dest)
     for part in image.partitions:
