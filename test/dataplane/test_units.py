@@ -440,3 +440,25 @@ def test_ntfs_clean_state_follows_the_newest_restart_page(
     assert ntfs.clean is clean
     if not clean:
         assert "not replayed" in ntfs.note
+
+
+def test_after_a_replay_the_plan_adds_what_it_wrote_and_nothing_else_unheld() -> None:
+    """plan._limit: needed ∩ (held + what the replay wrote); every needed byte only when the
+    replay's writes could not be told (issue #19)."""
+    block = source_blocks.BLOCK_SIZE
+    listed = source_blocks.BlockList("list", 0, [(0, 2)], 2)  # blocks 0 and 1 held
+    held = source_blocks.Held(listed, 8 * block)
+    needed = [(0, 8 * block)]
+
+    def limited(written: list[tuple[int, int]] | None) -> plan.PartPlan:
+        part = plan.PartPlan(partitions.Partition(1, 0, 8 * block, ""), "ext4")
+        part.use(plan.ALLOCATED, list(needed))
+        part.rewritten, part.written = True, written
+        plan._limit(part, held)
+        return part
+
+    told = limited([(5 * block + 4096, 4096), (20 * block, 4096)])  # the second: not needed
+    assert told.extents == [(0, 2 * block), (5 * block + 4096, 4096)]
+    assert "the replay wrote 1 needed block(s) the list does not hold" in told.note
+    untold = limited(None)
+    assert untold.extents == needed and "could not be told" in untold.note
