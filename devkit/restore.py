@@ -86,11 +86,12 @@ def replay_written(image: Path, partitions: Iterable[Partition], work: Path, key
     and unmounted, as sparsecopy does, on an encrypted restore of it (``work``, removed after).
     Every write changes a block there, so the changed blocks are the written ones."""
     size = image.stat().st_size
-    disk = DiskImage(restore_image(image, work, key), size, "none", list(partitions))
+    source = DiskImage(image, size, "none", list(partitions))
+    crashed = [p for p in source.partitions if p.fs in ("ext4", "xfs") and _pending(source, p)]
+    if not crashed:  # the common case: no restore to write
+        return set()
+    disk = source.copy_at(restore_image(image, work, key))
     try:
-        crashed = [p for p in disk.partitions if p.fs in ("ext4", "xfs") and _pending(disk, p)]
-        if not crashed:
-            return set()
         for part in crashed:
             if part.fs == "ext4":
                 with partition_loop(disk, part.number) as device:
