@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import zygote
 from .cfn import Deployment, Resolver, load_template, resolved_definition, resources_of
 from .emulator.faults import StateFault
 from .emulator.server import Emulator
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "twin" / "runner" / "run.mjs"
-WORKER = REPO / "twin" / "runner" / "lambda_worker.py"
 # A Wait of N seconds in AWS lasts N x this many ms in the twin (at least wait_ms): poll bounds
 # sized for AWS time keep their proportion to copies that take real seconds here (run.mjs).
 MS_PER_AWS_SECOND = 10
@@ -181,7 +181,8 @@ def execute(
         "context": _context_object(deployment, machine, execution_arn, name),
         "functions": _functions(emu, deployment, env_overrides),
         "python": sys.executable,
-        "worker": str(WORKER),
+        "worker": str(zygote.SPAWN),
+        "zygote": str(zygote.socket_path()),
         "logDir": str(logdir),
         "waitMs": wait_ms,
         "msPerAwsSecond": ms_per_aws_second,

@@ -125,9 +125,15 @@ def _describe_volumes(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
 
 
 def _settle_volume(volume: Any) -> None:
-    """One DescribeVolumes answer went by: move creating/attaching one step on."""
+    """One DescribeVolumes answer went by: move creating/attaching one step on. The answer that
+    would end `creating` waits for the volume's fill instead: the fill takes real seconds that
+    grow with the machine's load, while the workflow's poll bound is counted in AWS seconds (a
+    few real ones here), so a busy machine would otherwise fail VolumesNotAttached."""
     if getattr(volume, "twin_creating", 0) > 0:
         volume.twin_creating -= 1
+        fill = getattr(volume, "twin_fill", None)
+        if volume.twin_creating == 0 and fill is not None:
+            fill.join()
         return
     attachment = volume.attachment
     if attachment is not None and attachment.status == "attaching":

@@ -1,9 +1,10 @@
 // Runs a state machine definition with aws-local-stepfunctions; every Lambda task runs the real
-// Python handler in a local worker process (lambda_worker.py) pointed at the twin's emulator.
+// Python handler in a local worker process (lambda_worker.py) pointed at the twin's emulator,
+// forked from the twin's warm zygote (lambda_zygote.py) by lambda_spawn.py.
 //
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
-//       python, worker, logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
+//       python, worker (lambda_spawn.py), zygote (its socket), logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
 //       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint,
 //       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
 //       stopFile (optional: the run aborts when this file appears: the twin's StopExecution),
@@ -91,7 +92,7 @@ class Worker {
       ...fn.env,
     };
     const log = createWriteStream(path.join(job.logDir, `${fn.name}.log`), { flags: 'a' });
-    this.proc = spawn(job.python, [job.worker, fn.handler, arn], {
+    this.proc = spawn(job.python, ['-S', job.worker, job.zygote, fn.handler, arn], {
       env,
       cwd: fn.codeDir,
       stdio: ['pipe', 'pipe', 'pipe'],
