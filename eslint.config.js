@@ -2,7 +2,18 @@
 const tseslint = require('typescript-eslint');
 
 module.exports = tseslint.config(
-  { ignores: ['node_modules/**', 'cdk.out/**', '.venv/**', 'out/**', 'twin/**', 'lambdas/**', '**/*.js'] },
+  {
+    ignores: [
+      'node_modules/**',
+      'cdk.out/**',
+      '.venv/**',
+      '.venv-checkov/**',
+      'out/**',
+      'twin/**',
+      'lambdas/**',
+      '**/*.js',
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     files: ['bin/**/*.ts', 'lib/**/*.ts', 'test/cdk/**/*.ts'],

@@ -34,7 +34,7 @@ BLOCK = re.compile(
     re.DOTALL,
 )
 DASH = "\N{EN DASH}"
-SKIP_DIRS = {"node_modules", ".venv", "cdk.out", "out", ".git", ".stamps"}
+SKIP_DIRS = {"node_modules", ".venv", ".venv-checkov", "cdk.out", "out", ".git", ".stamps"}
 
 
 def contract(name: str) -> Any:
@@ -194,6 +194,17 @@ def schema_table(schema: dict[str, Any]) -> str:
     return table(["key", "type", "default", "meaning", "checked"], rows)
 
 
+def checkov_table() -> str:
+    """docs/deploy.md: the checkov checks the templates fail on purpose
+    (lib/checkov-suppressions.json; lib/checkov-suppressions.ts writes them into the Metadata)."""
+    path = ROOT / "lib" / "checkov-suppressions.json"
+    rows = [
+        [f"`{s['check']}`", s["title"], s["where"], s["reason"]]
+        for s in json.loads(path.read_text())["suppressions"]
+    ]
+    return table(["check", "what it wants", "where", "why not"], rows)
+
+
 def duration(seconds: int) -> str:
     """21600 -> 6 hours; 600 -> 10 minutes; 90 -> 90 seconds."""
     for unit, size in (("hour", 3600), ("minute", 60)):
@@ -283,6 +294,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "contract-execution-input": execution_input_table,
     "batch-selector": batch_selector_table,
     "settings": settings_table,
+    "checkov-suppressions": checkov_table,
     "sizing": imported("compactor.sizing", "readme_table"),
     "workflow": imported("devkit.workflow_table", "workflow_table"),
     "twin-report-fields": imported("twin.report", "fields_table"),

@@ -7,6 +7,7 @@ import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
 import { BatchWorkflow, batchStateMachineName } from './batch-workflow';
 import { CleanupWorkflow } from './cleanup-workflow';
+import { suppressCheckovFindings } from './checkov-suppressions';
 import { CompactVolumesDocument } from './command-document';
 import { acknowledgeNagFindings } from './nag-acknowledgements';
 import { transferNetwork } from './network';
@@ -136,6 +137,7 @@ export class CompactorStack extends Stack {
       batchResultsBucket: dataPlane.batchResults.bucket,
       operations,
     });
+    suppressCheckovFindings(this);
   }
 
   /** Dashboard, alarms on an SNS topic, the scheduled sweeper (docs/operations.md). */

@@ -1,5 +1,5 @@
 # Targets of the cdk area: the CDK app (bin/, lib/), its jest tests (test/cdk/) and the Command document.
-.PHONY: lint-cdk test-cdk synth
+.PHONY: lint-cdk test-cdk synth checkov
 CDK_TS := bin lib test/cdk
 CDK_CONFIG := tsconfig.json jest.config.js eslint.config.js .prettierrc
 # A second synth with a user-supplied VPC, so cfn-lint sees both network variants; it also has the
@@ -28,7 +28,23 @@ ifneq ($(TIER),unit)
 	npx cdk synth --quiet --output $(CDK_OWN_VPC_OUT) $(CDK_OWN_VPC_CONTEXT)
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --ignore-checks W3005 -- \
 	  cdk.out/*.template.json $(CDK_OWN_VPC_OUT)/*.template.json
+	$(MAKE) --no-print-directory checkov
 endif
+
+# checkov (the scanner enterprises run on templates) on both synthesized templates: any failed check fails.
+# What the templates fail on purpose is skipped in their Metadata, each with its reason, from
+# lib/checkov-suppressions.json (docs/deploy.md, "checkov suppressions"). Its own venv: checkov pins boto3
+# exactly, to a version the project venv's pins exclude. --skip-download: nothing is fetched from Prisma
+# Cloud (offline, and the same checks every run). Needs the templates (`make synth` and the own-VPC synth above).
+CHECKOV_VENV := .venv-checkov
+$(STAMPS)/checkov: requirements-checkov.txt
+	python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --disable-pip-version-check -q -r requirements-checkov.txt
+	@mkdir -p $(STAMPS) && touch $@
+
+checkov: $(STAMPS)/checkov
+	$(CHECKOV_VENV)/bin/checkov --framework cloudformation --skip-download --compact --quiet \
+	  -f cdk.out/*.template.json $(CDK_OWN_VPC_OUT)/*.template.json
 
 synth: setup
 	rm -rf cdk.out
