@@ -190,6 +190,11 @@ def batch_flags(f: Callable[..., Any]) -> Callable[..., Any]:
                 help="Selector: what to select (repeatable; default snapshot).",
             ),
             click.option(
+                "--include-compacted",
+                is_flag=True,
+                help="Selector: also sources that already have a delivered compacted copy.",
+            ),
+            click.option(
                 "--min-savings-percent",
                 type=click.FloatRange(0, 100),
                 help="Estimate each item first; compact those predicted to save this much.",
@@ -230,6 +235,7 @@ def _batch_input(flags: dict[str, Any]) -> dict[str, Any]:
         flags.pop("created_before"),
         flags.pop("min_size_gib"),
         flags.pop("resource_types"),
+        flags.pop("include_compacted"),
     )
     return inputs.batch_input(
         items=items,

@@ -178,6 +178,7 @@ def selector(
     created_before: str | None,
     min_size_gib: int | None,
     resource_types: Sequence[str],
+    include_compacted: bool = False,
 ) -> dict[str, Any] | None:
     """The selector the flags describe, or None when no selector flag was given."""
     out: dict[str, Any] = {}
@@ -195,6 +196,12 @@ def selector(
     elif resource_types:
         raise InputError(
             "--resource-type narrows a selector: add --tag, --created-before or --min-size-gib"
+        )
+    if out and include_compacted:
+        out["includeCompacted"] = True
+    elif include_compacted:
+        raise InputError(
+            "--include-compacted widens a selector: add --tag, --created-before or --min-size-gib"
         )
     return out or None
 

@@ -219,6 +219,7 @@ def test_batch_selector_flags(sfn: FakeSfn) -> None:
         "8",
         "--min-savings-percent",
         "20",
+        "--include-compacted",
     )
     assert result.exit_code == 0, result.output
     assert json.loads(sfn.started[0]["input"]) == {
@@ -226,6 +227,7 @@ def test_batch_selector_flags(sfn: FakeSfn) -> None:
             "tag": {"key": "env", "value": "prod"},
             "createdBefore": "2026-01-01T00:00:00Z",
             "minSizeGiB": 8,
+            "includeCompacted": True,
         },
         "minSavingsPercent": 20.0,
     }

@@ -145,6 +145,12 @@ def test_selector_from_flags() -> None:
     assert inputs.selector(None, None, None, []) is None
     with pytest.raises(inputs.InputError, match="--resource-type"):
         inputs.selector(None, None, None, ["image"])
+    assert inputs.selector("env", None, None, [], include_compacted=True) == {
+        "tag": {"key": "env"},
+        "includeCompacted": True,
+    }
+    with pytest.raises(inputs.InputError, match="--include-compacted"):
+        inputs.selector(None, None, None, [], include_compacted=True)
 
 
 def test_items_file_as_json_or_lines(tmp_path: Path) -> None:
