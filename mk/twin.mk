@@ -35,9 +35,12 @@ twin-synth: setup
 	npx cdk synth --quiet -o $(TWIN_CDK_OUT) > $(dir $(TWIN_CDK_OUT))synth.log 2>&1 \
 	  || { cat $(dir $(TWIN_CDK_OUT))synth.log; echo "twin: cdk synth failed (log above)"; exit 1; }
 
-# End-to-end and fault scenarios on loop devices: needs root (as in CI).
+# End-to-end and fault scenarios on loop devices: needs root (as in CI). Each test has its own
+# emulator, files and loop devices, and a scenario mostly waits on emulated AWS time, so three
+# workers share the two cores (the longest tests start first: test/twin/conftest.py).
+TWIN_XDIST ?= -n 3 --dist worksteal
 test-twin: twin-synth
-	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PYTEST) test/twin
+	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PYTEST) $(TWIN_XDIST) test/twin
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \

@@ -4,10 +4,13 @@ the debootstrap arguments. Later builds need no network; `refresh=True` fetches 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from devkit.commands import run
@@ -45,12 +48,29 @@ def cache_key(
     return f"{suite}-{variant}-{hashlib.sha256(args.encode()).hexdigest()[:12]}"
 
 
+@contextlib.contextmanager
+def _building(cache: Path) -> Iterator[None]:
+    """One builder of the cache at a time: `make test` runs the data plane's, the boot proof's
+    and the twin's tests side by side, and each may be the first to need the tree."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f"{cache_key()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def rootfs_tarball(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
     """The tarball of the finished root tree; built with debootstrap when missing (~70 s)."""
     tarball = cache / f"{cache_key()}.tar.zst"
     if tarball.exists() and not refresh:
         return tarball
-    cache.mkdir(parents=True, exist_ok=True)
+    with _building(cache):
+        if tarball.exists() and not refresh:
+            return tarball  # another process built it while this one waited
+        _build_tarball(cache, tarball)
+    return tarball
+
+
+def _build_tarball(cache: Path, tarball: Path) -> None:
     tree = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=cache))
     try:
         run(
@@ -76,7 +96,6 @@ def rootfs_tarball(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
         partial.rename(tarball)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
-    return tarball
 
 
 def small_initrd(tree: Path) -> None:
@@ -101,6 +120,13 @@ def churn_debs(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
     if debs.is_dir() and not refresh:
         return debs
     tarball = rootfs_tarball(cache)
+    with _building(cache):
+        if not debs.is_dir() or refresh:
+            _download_debs(tarball, cache, debs)
+    return debs
+
+
+def _download_debs(tarball: Path, cache: Path, debs: Path) -> None:
     chroot = Path(tempfile.mkdtemp(prefix="churn-chroot-", dir=cache))
     try:
         run("tar", "--numeric-owner", "-I", "zstd", "-C", str(chroot), "-xf", str(tarball))
@@ -117,4 +143,3 @@ def churn_debs(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
         partial.rename(debs)
     finally:
         shutil.rmtree(chroot, ignore_errors=True)
-    return debs

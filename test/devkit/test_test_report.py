@@ -45,3 +45,13 @@ def test_d(): pass
 
 def test_no_reports_is_no_skips(tmp_path: Path) -> None:
     assert test_report.render(tmp_path) == "skipped tests: 0"
+
+
+def test_the_total_is_the_runs_wall_time_when_recorded(tmp_path: Path) -> None:
+    """Lanes overlap: the total is the run's own time, not the sum of its targets."""
+    rows = "setup\t0\t7\nlint\t0\t60\ntest-twin\t0\t600\nwall\t0\t620\n"
+    (tmp_path / "times.tsv").write_text(rows)
+    assert test_report.render(tmp_path).splitlines()[-3:-1] == [
+        "test-twin    0      10:00",
+        "total               10:20",
+    ]

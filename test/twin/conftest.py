@@ -38,3 +38,15 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=REPO, check=True, capture_output=True,
     )  # fmt: skip
     return out
+
+
+# The longest tests first, so that pytest-xdist's workers do not end on them one by one.
+LONGEST_FIRST = ("test_debian_boot.py", "test_sweep.py", "test_ebs_direct_aws.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
