@@ -24,9 +24,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from devkit.debian.cache import churn_debs, rootfs_tarball
-from devkit.debian.dirt import dirty_snapshot
-from devkit.debian.disk import DISK_SIZE, build_disk
+from devkit.debian.disk import DISK_SIZE
+from devkit.debian.snapshot_cache import dirty_debian_snapshot
 from devkit.disks import DiskImage
 from devkit.qemu_boot import BootResult, boot
 
@@ -49,11 +48,7 @@ def build_root(work: Path) -> DiskImage:
     AMI's root volume (`work`/root.img; the disk it was copied from is removed)."""
     if DISK_SIZE % GIB:
         raise ValueError(f"the Debian disk is {DISK_SIZE} bytes: EBS volume sizes are whole GiB")
-    disk = build_disk(work / "debian-disk.img", rootfs_tarball(CACHE))
-    snapshot = work / "root.img"
-    dirty_snapshot(disk, churn_debs(CACHE), snapshot)
-    disk.image.path.unlink()
-    return disk.image.copy_at(snapshot)
+    return dirty_debian_snapshot(work / "root.img", CACHE).image
 
 
 def root_volume(emu: Emulator, image_id: str) -> dict[str, Any]:

@@ -49,7 +49,7 @@ def cache_key(
 
 
 @contextlib.contextmanager
-def _building(cache: Path) -> Iterator[None]:
+def building(cache: Path) -> Iterator[None]:
     """One builder of the cache at a time: `make test` runs the data plane's, the boot proof's
     and the twin's tests side by side, and each may be the first to need the tree."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -63,7 +63,7 @@ def rootfs_tarball(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
     tarball = cache / f"{cache_key()}.tar.zst"
     if tarball.exists() and not refresh:
         return tarball
-    with _building(cache):
+    with building(cache):
         if tarball.exists() and not refresh:
             return tarball  # another process built it while this one waited
         _build_tarball(cache, tarball)
@@ -120,7 +120,7 @@ def churn_debs(cache: Path = CACHE_ROOT, *, refresh: bool = False) -> Path:
     if debs.is_dir() and not refresh:
         return debs
     tarball = rootfs_tarball(cache)
-    with _building(cache):
+    with building(cache):
         if not debs.is_dir() or refresh:
             _download_debs(tarball, cache, debs)
     return debs

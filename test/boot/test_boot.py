@@ -19,9 +19,8 @@ import pytest
 
 from devkit.chunks import written_chunks
 from devkit.commands import run
-from devkit.debian.cache import churn_debs, rootfs_tarball
-from devkit.debian.dirt import dirty_snapshot
-from devkit.debian.disk import BIOS_PART, ESP_PART, DebianDisk, build_disk
+from devkit.debian.disk import BIOS_PART, ESP_PART, DebianDisk
+from devkit.debian.snapshot_cache import dirty_debian_snapshot
 from devkit.loop import LoopDevices
 from devkit.needs import BOOT_TOOLS
 from devkit.pytest_ci import needs_tools
@@ -36,9 +35,8 @@ pytestmark = [pytest.mark.needs_root, needs_tools(*BOOT_TOOLS)]
 def snapshot() -> tuple[DebianDisk, Path]:
     """The dirtied disk and its crash-consistent copy taken while mounted."""
     WORK.mkdir(parents=True, exist_ok=True)
-    disk = build_disk(WORK / "disk.img", rootfs_tarball(REPO / "out/cache/debian-bookworm"))
     snap = WORK / "snapshot.img"
-    dirty_snapshot(disk, churn_debs(REPO / "out/cache/debian-bookworm"), snap)
+    disk = dirty_debian_snapshot(snap, REPO / "out/cache/debian-bookworm")
     return disk, snap
 
 

@@ -93,14 +93,10 @@ def test_progress_of_devkit_disks_is_true(builder, method: str, tmp_path: Path) 
 @needs_tools(*BOOT_TOOLS)
 def test_progress_of_a_real_debian_disk_is_true(tmp_path: Path) -> None:
     """The disk of the report: BIOS-boot + ESP + ext4 root, dirtied and copied while mounted."""
-    from devkit.debian.cache import churn_debs, rootfs_tarball
-    from devkit.debian.dirt import dirty_snapshot
-    from devkit.debian.disk import build_disk
+    from devkit.debian.snapshot_cache import dirty_debian_snapshot
 
-    disk = build_disk(tmp_path / "disk.img", rootfs_tarball(DEBIAN_CACHE))
     snapshot = tmp_path / "snapshot.img"
-    dirty_snapshot(disk, churn_debs(DEBIAN_CACHE), snapshot)
-    (tmp_path / "disk.img").unlink()
+    dirty_debian_snapshot(snapshot, DEBIAN_CACHE)
     for method in ("allocated", "trim"):
         run_dir = tmp_path / method
         run_dir.mkdir()
