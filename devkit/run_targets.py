@@ -36,7 +36,8 @@ def _run(target: str, make_vars: list[str], reports: Path) -> int:
     seconds = int(time.monotonic() - started)
     with _print_lock:
         sys.stdout.write(f"==> make {target} {' '.join(make_vars)} (rc {rc}, {seconds} s)\n")
-        sys.stdout.write(log.read_text(errors="replace"))
+        text = log.read_text(errors="replace")
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         sys.stdout.flush()
         with open(reports / "times.tsv", "a") as times:
             times.write(f"{target}\t{rc}\t{seconds}\n")
