@@ -20,6 +20,7 @@ from . import disks
 from .batch_definition import handwritten_machine, resolved
 from .batch_report import build, write
 from .context import Context, setup
+from .emulator.faults import Faults, parse
 from .emulator.server import Emulator
 from .execution import ExecutionResult, Machine, machine_of_role
 from .options import Options
@@ -123,8 +124,9 @@ def run(opts: Options) -> dict[str, Any]:
     logdir = opts.out_dir / "logs"
     shutil.rmtree(logdir, ignore_errors=True)
     try:
-        with Emulator(work / "emulator") as emu:
-            ctx = setup(emu, opts, None, work, logdir)
+        fault = parse(opts.fault)  # none, or ebs-account-quota (Options.validate)
+        with Emulator(work / "emulator", Faults.of(fault)) as emu:
+            ctx = setup(emu, opts, fault, work, logdir)
             good = sources(ctx, opts.batch - 1)
             ran = play(ctx, [*good, MISSING_SNAPSHOT], opts.batch_concurrency)
             report = build(ctx, ran, time.monotonic() - started)

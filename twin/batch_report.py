@@ -14,7 +14,7 @@ from moto.s3.models import s3_backends
 
 from .context import Context
 from .emulator.blockstore import EBS_BLOCK, written_chunks
-from .facts import OBJECT_LEAK, leaks
+from .facts import OBJECT_LEAK, direct_writes, leaks
 
 if TYPE_CHECKING:
     from .batch import BatchRun
@@ -225,6 +225,8 @@ def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
         "states_visited": result.states_visited,
         "batch_seconds": round(ran.seconds, 1),
         "twin_seconds": round(seconds, 1),
+        # the children's EBS direct writes together (their account's quota: puts_over_quota)
+        "direct_writes": direct_writes(ctx.emu),
     }
 
 
@@ -266,6 +268,13 @@ def summary_lines(report: dict[str, Any]) -> str:
         f"  leaked resources {report['leaked_resources']}"
         + (f": {report['leaks']}" if report["leaks"] else ""),
     ]
+    direct = report.get("direct_writes") or {}
+    if direct.get("snapshots_started"):
+        lines.append(
+            f"  direct writes    {direct['snapshots_started']} snapshot(s), "
+            f"{direct['puts_accepted']} blocks put, {direct['puts_over_quota']} puts over the "
+            "account's put quota (throttled)"
+        )
     writer = report["s3"]["result_writer_manifest"]
     if writer:
         lines.append(f"  map results      s3://{writer['Bucket']}/{writer['Key']}")

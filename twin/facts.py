@@ -173,6 +173,16 @@ def direct_writes(emu: Emulator) -> dict[str, int]:
         "puts_concurrent_limit": direct.concurrent_limit_served,
         "puts_corrupted": direct.puts_corrupted,
         "pending_deletes_refused": direct.deletes_refused,
+        # AWS's behaviours met (Faults.ebs_*, harsh by default): the sweep's summary counts them
+        "not_found_after_start": direct.not_found_served,
+        "not_found_while_sealing": direct.seal_not_found_served,
+        "transient_put_failures": direct.transient_served,
+        "completion_answers_lost": direct.completions_lost,
+        "puts_over_quota": direct.puts_over_quota,
+        # FAULT=credentials-near-expiry (instance_metadata.py): role credential sets the instances
+        # fetched (each with faults.CREDENTIALS_SECONDS left), requests refused for an expired token
+        "role_credentials_issued": emu.state.credentials_issued,
+        "expired_tokens_refused": emu.state.expired_tokens_refused,
     }
 
 

@@ -87,9 +87,12 @@ class Options:
         if self.batch < 1 or self.batch > 20:
             raise ValueError(f"BATCH={self.batch}: choose 1..20 items (each is a real copy)")
         defaults = self.input == "snapshot" and self.trigger == "api" and self.os == "none"
-        if not defaults or parse(self.fault):
+        # ebs-account-quota: the batch's children are the runs that share the account's quota
+        fault = parse(self.fault)
+        if not defaults or (fault and fault != "ebs-account-quota"):
             raise ValueError("BATCH=N runs snapshot items started through the API: leave INPUT, "
-                             "TRIGGER, FAULT and OS at their defaults")  # fmt: skip
+                             "TRIGGER and OS at their defaults, FAULT empty or "
+                             "ebs-account-quota")  # fmt: skip
 
     def _validate_os(self) -> None:
         if self.os not in OSES:

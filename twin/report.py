@@ -14,9 +14,9 @@ from .cfn import Deployment
 from .checks import Checks, Panel, holds
 from .context import Context
 from .emulator.blockstore import EBS_BLOCK
-from .emulator.faults import FaultList, StateFault
+from .emulator.faults import CREDENTIALS_SECONDS, FaultList, StateFault
 from .execution import ExecutionResult
-from .facts import DELIVERED_TAG, OBJECT_LEAK, Run
+from .facts import DELIVERED_TAG, OBJECT_LEAK, Run, direct_writes
 from .options import Options
 from .picture import block_picture
 
@@ -430,9 +430,34 @@ def _faults_applied(ctx: Context, result: ExecutionResult | None) -> list[dict[s
     return out
 
 
+# FAULT=<an EBS behaviour> -> the direct_writes count (facts.py) of the times the run met it
+_BEHAVIOUR_MET = {
+    "ebs-not-found": ("not_found_after_start", "answers 'snapshot does not exist' after start"),
+    "ebs-long-seal": ("not_found_while_sealing", "reads answered ResourceNotFound while sealing"),
+    "ebs-account-quota": ("puts_over_quota", "puts throttled over the account's quota"),
+    "credentials-near-expiry": (
+        "role_credentials_issued",
+        f"role credential sets used with {CREDENTIALS_SECONDS:g} s left",
+    ),
+}
+
+
+def _behaviour_met(ctx: Context, counts: dict[str, int]) -> dict[str, Any] | None:
+    """{kind, state "-", applied, detail} of an EBS behaviour fault: applied once the run met it."""
+    if not isinstance(ctx.fault, str) or ctx.fault not in _BEHAVIOUR_MET:
+        return None
+    counter, what = _BEHAVIOUR_MET[ctx.fault]
+    met = int(counts.get(counter, 0))
+    return {"kind": ctx.fault, "state": "-", "applied": met > 0, "detail": f"{met} {what}"}
+
+
 def _fault_applied(ctx: Context, result: ExecutionResult | None) -> dict[str, Any] | None:
     """The single-fault shape: {kind, state, applied, detail} for one fault; for several,
-    {fault, applied (all of them), detail (each one's)}; None without a KIND@STATE fault."""
+    {fault, applied (all of them), detail (each one's)}; for an EBS behaviour whether the run
+    met it; None without a KIND@STATE fault."""
+    behaviour = _behaviour_met(ctx, direct_writes(ctx.emu))
+    if behaviour is not None:
+        return behaviour
     each = _faults_applied(ctx, result)
     if not each:
         return None

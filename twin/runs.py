@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from .context import Context, moto_state_machines
+from .emulator.faults import EBS_BEHAVIOURS
 from .eventbridge import deliveries, status_change_event
 from .execution import MS_PER_AWS_SECOND, ExecutionResult, Machine, execute, invoke_function
 
@@ -18,6 +19,11 @@ END_STATUSES_CLEANED = ("FAILED", "TIMED_OUT", "ABORTED")
 # scenario gave up mid-copy (CompactionTimedOut in the fresh-clone run of 3221617). Its Waits
 # last longer instead; the poll counts stay the plan's.
 DEBIAN_MS_PER_AWS_SECOND = 5 * MS_PER_AWS_SECOND
+# An EBS behaviour fault (FAULT=ebs-long-seal, ebs-account-quota, ...) slows the data plane in real
+# seconds (a 20 s seal, puts at 20/s): at MS_PER_AWS_SECOND that is hours of AWS time against the
+# plan's budget (CompactionTimedOut), a twin artifact. Its Waits last 10x longer (a 20 s seal is
+# then about 3 AWS minutes); the poll counts stay the plan's.
+EBS_BEHAVIOUR_MS_PER_AWS_SECOND = 10 * MS_PER_AWS_SECOND
 
 
 def execution_name() -> str:
@@ -43,6 +49,8 @@ def run_execution(
 
 
 def _ms_per_aws_second(ctx: Context) -> int:
+    if ctx.fault in EBS_BEHAVIOURS:
+        return EBS_BEHAVIOUR_MS_PER_AWS_SECOND
     return DEBIAN_MS_PER_AWS_SECOND if ctx.opts.os == "debian" else MS_PER_AWS_SECOND
 
 

@@ -25,6 +25,7 @@ from .facts import Run, counts, facts
 from .options import REPO, Options
 from .report import build, fault_label, write
 from .runs import cleanup_path
+from .second_run import SecondRun
 from .source import fingerprints
 from .starts import start_api, start_bad_inputs, start_tag
 
@@ -60,8 +61,15 @@ def _play(ctx: Context) -> Run:
         leaks = [f"{c['case']}: {c['leaked_resources']} resources" for c in cases
                  if c["leaked_resources"]]  # fmt: skip
         return Run(None, cases, [], None, leaks, source_chunks, counts(emu))
+    second = SecondRun(emu, ctx.work) if ctx.fault == "ebs-account-quota" else None
     result = start_tag(ctx) if ctx.opts.trigger == "tag" else start_api(ctx)
     cleanup = cleanup_path(ctx, result)
+    if second is not None:
+        done = second.finish()
+        ctx.notes.append(
+            f"a second run in the account put {done['blocks']} blocks at the same time and "
+            f"completed ({done['verifiedBlocks']} verified)"
+        )
     if ctx.fault == "pending-delete-refused":
         _time_passes(ctx, result)
     found = facts(emu, result, source.image_id)

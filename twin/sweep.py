@@ -30,7 +30,7 @@ from typing import Any
 
 from .cfn import Deployment
 from .deploy import deploy
-from .emulator.faults import KINDS
+from .emulator.faults import EBS_BEHAVIOURS, KINDS
 from .emulator.server import Emulator
 from .execution import Machine, main_machine, state_machines
 
@@ -59,8 +59,17 @@ ROW_KEYS = (
     "new_snapshot_ids_existing", "delivered_snapshot_ids", "new_image_id",
     "new_image_existing",
     "source_snapshot_unchanged", "delivered", "cleanup", "iam_denials", "holds", "seconds",
-    "states_visited",
+    "states_visited", "direct_writes",
 )  # fmt: skip
+# direct_writes counters of AWS's EBS direct behaviours (harsh by default in every case) -> words
+BEHAVIOURS_MET = {
+    "not_found_after_start": "not found right after StartSnapshot",
+    "not_found_while_sealing": "not found while sealing",
+    "transient_put_failures": '"Failed to read block data"',
+    "completion_answers_lost": "a lost CompleteSnapshot answer",
+    "puts_over_quota": "puts over the account's quota",
+    "role_credentials_issued": "role credentials near expiry",
+}
 
 
 def _handler_of(d: Deployment, state: dict[str, Any]) -> str:
@@ -229,9 +238,11 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
     unknown = sorted(set(states or []) - set(tasks))
     if unknown:
         raise SystemExit(f"sweep: {unknown} are not Task states; the Task states are: {tasks}")
-    bad_kinds = sorted(set(kinds or []) - set(KINDS))
+    bad_kinds = sorted(set(kinds or []) - set(KINDS) - set(EBS_BEHAVIOURS))
     if bad_kinds:
-        raise SystemExit(f"sweep: unknown kinds {bad_kinds}; choose from {list(KINDS)}")
+        raise SystemExit(
+            f"sweep: unknown kinds {bad_kinds}; choose from {[*KINDS, *EBS_BEHAVIOURS]}"
+        )
     cases = []
     for state in tasks:
         if states and state not in states:
@@ -245,14 +256,23 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
             cases.append({"state": state, "kind": kind, "opener": opener_of.get(state, ""),
                           "input": "ami" if ami else "snapshot",
                           "target": "volume" if state in volume_only else ""})  # fmt: skip
-    return cases
+    return cases + behaviour_cases(states, kinds)
+
+
+def behaviour_cases(states: list[str] | None, kinds: list[str] | None) -> list[dict[str, str]]:
+    """One whole run per EBS_BEHAVIOUR (FAULT=<name>: not bound to a state, state "-"), the
+    default input (target snapshot); left out when STATES names states."""
+    if states:
+        return []
+    return [{"state": "-", "kind": name, "opener": "", "input": "snapshot", "target": ""}
+            for name in EBS_BEHAVIOURS if not kinds or name in kinds]  # fmt: skip
 
 
 def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
              diskless: bool = False) -> dict[str, Any]:  # fmt: skip
     """One case in its own process (moto is process-wide); returns its row."""
     slug = f"{case['kind']}-{case['state']}".replace(" ", "_").replace("/", "_")
-    fault = f"{case['kind']}@{case['state']}"
+    fault = case["kind"] if case["state"] == "-" else f"{case['kind']}@{case['state']}"
     if case.get("opener"):
         fault = f"{case['opener']}+{fault}"
     case_out = out / "cases" / slug
@@ -283,6 +303,11 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
     row["faults_applied"] = report.get("faults_applied") or []
     row["workflow_target"] = report.get("target")  # the workflow report's (case: the input's)
     row["seconds"] = seconds
+    if case["state"] == "-":
+        # the data plane rides through AWS's behaviours: such a run must also succeed and meet it
+        row["holds"] = bool(
+            row.get("holds") and row["execution_status"] == "SUCCEEDED" and row["fault_applied"]
+        )
     return row
 
 
@@ -298,13 +323,34 @@ def _one(args: argparse.Namespace) -> int:
 
 def table(rows: list[dict[str, Any]], seconds: float, diskless: bool = False,
           workers: int = 2) -> str:  # fmt: skip
+    lines = _header(rows, seconds, diskless, workers)
+    for r in rows:
+        new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
+        ami = "-" if not r.get("new_image_id") else str(r.get("new_image_existing"))
+        error = str(r.get("error") or "")
+        error = error if len(error) < 40 else error[:37] + "..."
+        lines.append(
+            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']}"
+            + (f", target {r['target']}" if r.get("target") else "")
+            + " | "
+            f"{r.get('execution_status')} | "
+            f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
+            f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
+            f"{r.get('delivered')} | {r.get('cleanup') or '-'} | "
+            f"{'yes' if r.get('holds') else '**NO**'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _header(rows: list[dict[str, Any]], seconds: float, diskless: bool, workers: int) -> list[str]:
+    """The table's title, what a row means, the counts and the column heads."""
     holding = sum(1 for r in rows if r.get("holds"))
     by_status: dict[str, int] = {}
     for r in rows:
         by_status[str(r.get("execution_status"))] = (
             by_status.get(str(r.get("execution_status")), 0) + 1
         )
-    lines = [
+    return [
         "# The sweep: a fault at every Task state",
         "",
         "Generated by `make sweep` (twin/sweep.py) from the synthesized definition; do not edit.",
@@ -332,26 +378,27 @@ def table(rows: list[dict[str, Any]], seconds: float, diskless: bool = False,
         + ", ".join(f"`{name}` {n}" for name, n in target_coverage(rows).items())
         + ".",
         "",
+        "AWS's EBS direct behaviours are harsh in every case (twin/emulator/faults.py); cases "
+        "that met each: "
+        + ", ".join(f"{words} {n}" for words, n in behaviours_met(rows).items())
+        + ". The rows of state `-` run one behaviour made stronger for the whole run "
+        "(`FAULT=ebs-not-found`, `ebs-long-seal`, `ebs-account-quota`: the account's put quota "
+        "at 20 puts/s with a second run putting at the same time, `credentials-near-expiry`: "
+        "role credentials from instance metadata valid 17 s); `applied`: the run met it; "
+        "`holds` also needs the run to succeed and the behaviour met.",
+        "",
         "| state | kind | opener | input | status | error | outcome | applied | leaked"
         " | new snapshots kept | AMI kept | source unchanged | delivered | cleanup | holds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
-        ami = "-" if not r.get("new_image_id") else str(r.get("new_image_existing"))
-        error = str(r.get("error") or "")
-        error = error if len(error) < 40 else error[:37] + "..."
-        lines.append(
-            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']}"
-            + (f", target {r['target']}" if r.get("target") else "")
-            + " | "
-            f"{r.get('execution_status')} | "
-            f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
-            f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
-            f"{r.get('delivered')} | {r.get('cleanup') or '-'} | "
-            f"{'yes' if r.get('holds') else '**NO**'} |"
-        )
-    return "\n".join(lines) + "\n"
+
+
+def behaviours_met(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """BEHAVIOURS_MET's words -> how many cases met that behaviour at least once."""
+    return {
+        words: sum(1 for r in rows if (r.get("direct_writes") or {}).get(counter))
+        for counter, words in BEHAVIOURS_MET.items()
+    }
 
 
 def target_coverage(rows: list[dict[str, Any]]) -> dict[str, int]:

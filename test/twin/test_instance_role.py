@@ -158,3 +158,50 @@ def test_a_put_corrupted_in_transit_is_refused(emu: Emulator) -> None:
     _put(client, sid, 5, _block(5))  # the next one arrives whole
     assert written_chunks(emu.snapshot_file(sid)) == {5}
     assert (emu.state.direct.puts_corrupted, emu.state.direct.puts_accepted) == (1, 1)
+
+
+def test_role_credentials_near_expiry_are_refreshed_and_an_expired_set_refused(
+    tmp_path: Path,
+) -> None:
+    """Faults.ebs_credentials_seconds (FAULT=credentials-near-expiry): the instance gets its role
+    credentials from the twin's instance metadata, each set valid that long, and EBS refuses a
+    request signed with a set past its Expiration (403 ExpiredTokenException) before the APIs
+    and the IAM recorder see it; the data plane fetches in time and completes."""
+    require_root()
+    with Emulator(tmp_path / "emu", Faults.api_only(ebs_credentials_seconds=17.0)) as emu:
+        env = instance_env(emu.state, "i-0123456789abcdef0")
+        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_EC2_METADATA_SERVICE_ENDPOINT" in env
+        image = tmp_path / "disk.img"
+        with open(image, "wb") as f:
+            f.truncate(GIB)
+            for index in range(0, 160, 2):
+                f.seek(index * EBS_BLOCK)
+                f.write(_block(index))
+        emu.state.faults.ebs_put_latency = 0.1  # a copy longer than a set's usable seconds
+        run = subprocess.run(
+            [sys.executable, str(REPO / "ssm-documents" / "sparsecopy"), "put-snapshot",
+             str(image), "--size-gib", "1", "--jobs", "4", "--verify"],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={"PATH": os.environ["PATH"], **env},
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout.strip().splitlines()[-1])["verifiedBlocks"] == 80
+        assert emu.state.credentials_issued >= 2, "the data plane never fetched a new set"
+        calls = iam_check.load_calls(emu.calls_path)
+        assert {c["caller"] for c in calls} == {INSTANCE_CALLER}
+        assert {c["contexts"][0]["context"]["ec2:SourceInstanceArn"] for c in calls} == {
+            f"arn:aws:ec2:{emu.region}:{emu.account}:instance/i-0123456789abcdef0"
+        }
+        # a request signed with a set past its Expiration
+        token = min(emu.state.session_expiry, key=emu.state.session_expiry.__getitem__)
+        emu.state.session_expiry[token] = 0.0
+        key = next(k for k, i in emu.state.instance_keys.items() if i == "i-0123456789abcdef0")
+        expired = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": "twin-instance-role-secret",
+                   "AWS_SESSION_TOKEN": token}  # fmt: skip
+        recorded = len(calls)
+        with pytest.raises(ClientError) as refused:
+            _ebs(emu, expired).start_snapshot(VolumeSize=1)  # type: ignore[attr-defined]
+        assert refused.value.response["Error"]["Code"] == "ExpiredTokenException"
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert emu.state.expired_tokens_refused == 1
+        assert len(iam_check.load_calls(emu.calls_path)) == recorded

@@ -23,7 +23,15 @@ from typing import Any
 
 import pytest
 
-from twin.emulator.faults import KINDS, FaultError, FaultList, Faults, StateFault, parse
+from twin.emulator.faults import (
+    EBS_BEHAVIOURS,
+    KINDS,
+    FaultError,
+    FaultList,
+    Faults,
+    StateFault,
+    parse,
+)
 from twin.execution import Machine, task_states
 from twin.sweep import openers, plan, sweep, table, target_coverage, volume_only_states
 
@@ -53,6 +61,12 @@ REPRESENTATIVE = [
     "error@Report failure",
     "abort@Teardown with warnings",
     "error@Teardown before relaunch",
+    # AWS's EBS direct behaviours made stronger for a whole run (state "-"): each run must
+    # succeed and meet its behaviour (twin/sweep.py behaviour_cases)
+    "ebs-not-found@-",
+    "ebs-long-seal@-",
+    "ebs-account-quota@-",
+    "credentials-near-expiry@-",
 ]
 # on real disks: one case for each target and input (the others run diskless)
 ON_DISKS = ["abort@Check compaction", "error@Create snapshots", "abort@Register image"]
@@ -64,9 +78,14 @@ WORKERS = int(os.environ.get("TWIN_SWEEP_WORKERS") or 2)
 def test_plan_covers_every_task_state_and_kind(cdk_out: Path) -> None:
     cases = plan(cdk_out, None, None)
     states = {c["state"] for c in cases}
-    assert {c["kind"] for c in cases} == set(KINDS)
+    assert {c["kind"] for c in cases} == set(KINDS) | set(EBS_BEHAVIOURS)
+    # each EBS behaviour once, as a whole run of the default input (no state)
+    behaviours = [c for c in cases if c["kind"] in EBS_BEHAVIOURS]
+    assert [c["kind"] for c in behaviours] == list(EBS_BEHAVIOURS)
+    assert {(c["state"], c["input"], c["target"]) for c in behaviours} == {("-", "snapshot", "")}
+    assert not [c for c in plan(cdk_out, ["Report"], None) if c["kind"] in EBS_BEHAVIOURS]
     # every Task state gets error, throttle and abort; lost only where an instance can exist
-    for state in states:
+    for state in states - {"-"}:
         kinds = {c["kind"] for c in cases if c["state"] == state}
         assert {"error", "throttle", "abort"} <= kinds, state
     lost = {c["state"] for c in cases if c["kind"] == "lost"}

@@ -12,7 +12,8 @@ Two ways to name a fault:
   concurrency limit: the data plane rides through), `put-corrupted` (every put's data corrupted
   in transit: its checksum never matches, no snapshot is ever completed), `pending-delete-refused`
   (the command fails after StartSnapshot and EC2 refuses DeleteSnapshot of the pending direct
-  snapshot: teardown leaves it to time out).
+  snapshot: teardown leaves it to time out), and EBS_BEHAVIOURS: AWS's EBS direct behaviours,
+  harsh in every run already, made stronger for one run.
 
 Several `KIND@STATE` faults join with `+` (`error@Report+error@Report with warnings`): each one
 fires once, at the first call in its own state, whatever the order the run reaches them in; this
@@ -27,6 +28,14 @@ from dataclasses import dataclass
 
 from ..limits import limit
 
+# AWS's EBS direct behaviours each made stronger than the default for one whole run (the sweep
+# runs each once, docs/sweep.md): `ebs-not-found` (far more "snapshot does not exist" answers
+# after StartSnapshot), `ebs-long-seal` (CompleteSnapshot's seal takes LONG_SEAL_SECONDS, reads
+# answer ResourceNotFound meanwhile), `ebs-account-quota` (the account's PutSnapshotBlock quota at
+# ACCOUNT_PUTS_PER_SECOND while a second run in the account puts at the same time, twin/
+# second_run.py), `credentials-near-expiry` (the instance's role credentials from instance
+# metadata, each set valid CREDENTIALS_SECONDS, an expired one refused: instance_metadata.py).
+EBS_BEHAVIOURS = ("ebs-not-found", "ebs-long-seal", "ebs-account-quota", "credentials-near-expiry")
 FAULTS = (
     "spot-capacity",
     "no-capacity",
@@ -38,6 +47,7 @@ FAULTS = (
     "put-throttled",
     "put-corrupted",
     "pending-delete-refused",
+    *EBS_BEHAVIOURS,
 )
 KINDS = ("error", "throttle", "abort", "lost")
 # botocore's standard retry mode with max_attempts 5 (compactor/aws.py) makes 6 attempts per call
@@ -55,6 +65,11 @@ NOT_FOUND_REQUESTS = 3
 # pending in the account (StartSnapshot beyond: ServiceQuotaExceededException).
 PUTS_PER_SECOND = limit("ebsPutsPerSecondPerAccount")
 PENDING_SNAPSHOTS = limit("ebsPendingSnapshotsPerAccount")
+# the EBS_BEHAVIOURS' strengths
+NOT_FOUND_REQUESTS_LONG = 40
+LONG_SEAL_SECONDS = 20.0
+ACCOUNT_PUTS_PER_SECOND = 20
+CREDENTIALS_SECONDS = 17.0
 
 
 class FaultError(ValueError):
@@ -196,6 +211,10 @@ class Faults:
     ebs_snapshot_puts_per_second: int = PUTS_PER_SECOND
     ebs_account_puts_per_second: int = PUTS_PER_SECOND
     ebs_pending_snapshots: int = PENDING_SNAPSHOTS
+    # 0: the instance's role credentials come as environment credentials that never expire; > 0:
+    # from the twin's instance metadata, each set valid this many seconds, EBS refusing an
+    # expired one (403 ExpiredTokenException; instance_metadata.py)
+    ebs_credentials_seconds: float = 0.0
 
     @classmethod
     def api_only(cls, **switches: object) -> Faults:
@@ -231,6 +250,14 @@ class Faults:
             return cls(ebs_corrupt_puts=10**9)
         if name == "pending-delete-refused":
             return cls(hide_source_device=True, refuse_pending_direct_delete=True)
+        if name == "ebs-not-found":
+            return cls(ebs_not_found_requests=NOT_FOUND_REQUESTS_LONG)
+        if name == "ebs-long-seal":
+            return cls(ebs_seal_seconds=LONG_SEAL_SECONDS)
+        if name == "ebs-account-quota":
+            return cls(ebs_account_puts_per_second=ACCOUNT_PUTS_PER_SECOND)
+        if name == "credentials-near-expiry":
+            return cls(ebs_credentials_seconds=CREDENTIALS_SECONDS)
         raise FaultError(f"unknown fault {name!r}; choose one of {', '.join(FAULTS)}")
 
     @classmethod

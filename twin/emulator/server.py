@@ -19,7 +19,7 @@ from moto.ec2.models import ec2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from ..iam import recorder as iam_recorder
-from . import amis_twin, boot, consistency, ec2_twin, map_runs, ssm_twin
+from . import amis_twin, boot, consistency, ec2_twin, instance_metadata, map_runs, ssm_twin
 from . import state as st
 from .blockstore import fingerprint, sparse_copy, written_chunks
 from .faults import Faults
@@ -89,6 +89,9 @@ class Emulator:
             callers_by_key=self.state.access_keys,
             instances_by_key=self.state.instance_keys,
         )
+        # outermost: an expired session token is refused before the APIs and the recorder see it
+        wsgi: Any = self._server._server
+        wsgi.app = instance_metadata.wrap(wsgi.app, self.state)
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
         self.state.endpoint, self.state.region = self.endpoint, self.region

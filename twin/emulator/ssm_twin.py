@@ -27,7 +27,7 @@ from moto.ssm.models import Command, SimpleSystemManagerBackend
 from moto.ssm.responses import SimpleSystemManagerResponse
 
 from ..iam.recorder import INSTANCE_CALLER
-from . import command_logs, patching, replay
+from . import command_logs, instance_metadata, patching, replay
 from . import state as st
 from .command_runs import CommandRun, kill, now
 from .ec2_twin import boot_disk, interrupt_spot_instance
@@ -153,6 +153,13 @@ def instance_env(emu: st.EmulatorState, instance_id: str) -> dict[str, str]:
     recorder attributes every request signed with it to the instance role (INSTANCE_CALLER), so
     the check judges the instance's EBS direct calls by the synthesized instance role, with the
     instance's ARN as ec2:SourceInstanceArn."""
+    if emu.faults.ebs_credentials_seconds:
+        # FAULT=credentials-near-expiry: short-lived role credentials from instance metadata
+        return {
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT": instance_metadata.endpoint(emu, instance_id),
+            "AWS_REGION": emu.region,
+            "AWS_ENDPOINT_URL_EBS": emu.endpoint,
+        }
     digest = hashlib.sha256(f"instance-role:{instance_id}".encode()).digest()
     key = "ASIATWIN" + base64.b32encode(digest).decode()[:12]
     with emu.lock:

@@ -70,6 +70,11 @@ class EmulatorState:
     # ssm_twin.instance_env: access key id of an instance's role session -> its instance id (the
     # recorder gives the instance's calls ec2:SourceInstanceArn, as IAM does)
     instance_keys: dict[str, str] = field(default_factory=dict)
+    # instance_metadata.py (Faults.ebs_credentials_seconds): session token -> its Expiration, the
+    # role credential sets the instances fetched, requests refused for an expired token
+    session_expiry: dict[str, float] = field(default_factory=dict)
+    credentials_issued: int = 0
+    expired_tokens_refused: int = 0
     # s3_twin.py: function name -> the buckets it may s3:ListBucket on a GetObject (twin/deploy.py);
     # a missing key in any other bucket is 403 AccessDenied for it
     s3_listable: dict[str, frozenset[str]] = field(default_factory=dict)
