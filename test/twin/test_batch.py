@@ -157,3 +157,18 @@ def test_concurrent_loop_attaches_do_not_collide(tmp_path: Path, root_only: None
             assert backing == str(path)
     finally:
         assert loops.detach_all() == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "taken"),
+    [("", True), ("ebs-account-quota", True), ("error@Report", False), ("ebs-long-seal", False)],
+)
+def test_a_batch_takes_only_the_account_quota_fault(fault: str, taken: bool) -> None:
+    """BATCH=N FAULT=ebs-account-quota: the children running at once are the runs that share the
+    account's put quota; any other fault is refused before anything runs."""
+    opts = Options(batch=3, fault=fault or None)
+    if taken:
+        opts.validate()
+    else:
+        with pytest.raises(ValueError, match="FAULT empty or ebs-account-quota"):
+            opts.validate()
