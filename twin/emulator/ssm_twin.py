@@ -189,6 +189,7 @@ def _command_env(emu: st.EmulatorState, run: CommandRun, backend: Any) -> dict[s
 
 
 def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
+    final: str | None = None
     try:
         env = _command_env(emu, run, backend)
         script = run.rundir / "_script.sh"
@@ -222,16 +223,20 @@ def _execute(emu: st.EmulatorState, run: CommandRun, backend: Any) -> None:
         run.ended = now()
         run.response_code = run.process.returncode
         if run.status != "TimedOut":
-            run.status = "Success" if run.response_code == 0 else "Failed"
+            final = "Success" if run.response_code == 0 else "Failed"
     except Exception as error:  # the agent reports its own failures as a failed invocation
         run.ended = now()
         run.stderr += f"\ntwin: could not run the command: {error}\n"
-        run.status = "Failed"
+        final = "Failed"
         run.response_code = 1
     finally:
         _stop_logs(run)
         _release_devices(emu, run)
         _keep_output(emu, run)
+        # Reported last: whoever sees the end finds the run's devices released and its output
+        # kept (a test saw a Success while its loop device was still attached).
+        if final is not None:
+            run.status = final
 
 
 def _wait(run: CommandRun) -> None:
