@@ -67,11 +67,18 @@ def serves(device: str, backing: str | os.PathLike[str], offset: int = 0) -> boo
 
 def detach(device: str, backing: str | os.PathLike[str], offset: int = 0) -> None:
     """Detach our device and wait until it no longer serves `backing`: a device still open
-    elsewhere (udev, a FUSE daemon that outlives umount) is only marked for auto-clear."""
+    elsewhere (udev, a FUSE daemon that outlives umount) is only marked for auto-clear.
+
+    Once a detach succeeded it is never repeated: the kernel frees the device when its last
+    user closes it, and another process may attach the same name at once (a repeated detach
+    took a parallel test's new device from under it)."""
+    marked = False
     for attempt in range(20):
-        subprocess.run(["losetup", "--detach", device], capture_output=True, check=False)
         if not serves(device, backing, offset):
             return
+        if not marked:
+            result = subprocess.run(["losetup", "--detach", device], capture_output=True)
+            marked = result.returncode == 0
         time.sleep(0.1 * (attempt + 1))
     raise LoopError(f"{device} still serves {backing}: detach it with losetup -d {device}")
 

@@ -4,7 +4,7 @@ QEMU) rather than computes, so on two cores the lanes overlap instead of queuein
 
 Each target's output goes to out/test-reports/<target>.log and is printed whole when the target
 ends, so that the lanes' lines never interleave. Every target runs even when another failed; the
-run fails if any did. times.tsv gets a row per target (target, rc, seconds), read by
+run fails if any did. times.tsv gets a row per target (target, rc, seconds, CPU seconds), read by
 devkit/test_report.py.
 
 usage: python -m devkit.run_targets --vars "TIER=unit" "lint test-lambdas" "test-twin" ...
@@ -14,6 +14,7 @@ usage: python -m devkit.run_targets --vars "TIER=unit" "lint test-lambdas" "test
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import threading
@@ -27,20 +28,25 @@ def _run(target: str, make_vars: list[str], reports: Path) -> int:
     log = reports / f"{target}.log"
     started = time.monotonic()
     with open(log, "wb") as out:
-        rc = subprocess.run(
+        make = subprocess.Popen(
             ["make", "--no-print-directory", target, *make_vars],
             stdout=out,
             stderr=subprocess.STDOUT,
-            check=False,
-        ).returncode
+        )
+        # wait4: the CPU time of this target's processes (those waited for), not the other lanes'
+        _, status, usage = os.wait4(make.pid, 0)
+        make.returncode = rc = os.waitstatus_to_exitcode(status)
     seconds = int(time.monotonic() - started)
+    cpu = int(usage.ru_utime + usage.ru_stime)
     with _print_lock:
-        sys.stdout.write(f"==> make {target} {' '.join(make_vars)} (rc {rc}, {seconds} s)\n")
+        sys.stdout.write(
+            f"==> make {target} {' '.join(make_vars)} (rc {rc}, {seconds} s, cpu {cpu} s)\n"
+        )
         text = log.read_text(errors="replace")
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
         sys.stdout.flush()
         with open(reports / "times.tsv", "a") as times:
-            times.write(f"{target}\t{rc}\t{seconds}\n")
+            times.write(f"{target}\t{rc}\t{seconds}\t{cpu}\n")
     return rc
 
 

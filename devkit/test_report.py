@@ -1,9 +1,10 @@
 """The end of `make test` and `make check`: each target's wall time and exit code, and every test
 that was skipped, with its reason.
 
-The targets write into out/test-reports/: times.tsv (target, rc, seconds; the recipe of `make
-test` appends a row per target), one JUnit XML per pytest target (--junitxml) and jest's JSON
-result (--json). `python -m devkit.test_report [DIR]` prints the table and the skips."""
+The targets write into out/test-reports/: times.tsv (target, rc, seconds, and the CPU seconds of
+its processes when devkit/run_targets.py ran it; the recipe of `make test` adds setup and wall),
+one JUnit XML per pytest target (--junitxml) and jest's JSON result (--json).
+`python -m devkit.test_report [DIR]` prints the table and the skips."""
 
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ REPORTS = Path("out/test-reports")
 WALL = "wall"  # the row of times.tsv with the whole run's time (Makefile, run_lanes)
 
 
-def timings(reports: Path) -> list[tuple[str, int, int]]:
-    """(target, rc, seconds) in the order the targets ran."""
+def timings(reports: Path) -> list[tuple[str, int, int, int | None]]:
+    """(target, rc, seconds, CPU seconds or None) in the order the targets ran."""
     path = reports / "times.tsv"
     if not path.exists():
         return []
     rows = []
     for line in path.read_text().splitlines():
-        target, rc, seconds = line.split("\t")
-        rows.append((target, int(rc), int(seconds)))
+        target, rc, seconds, *cpu = line.split("\t")
+        rows.append((target, int(rc), int(seconds), int(cpu[0]) if cpu else None))
     return rows
 
 
@@ -49,16 +50,18 @@ def skips(reports: Path) -> Counter[str]:
 def render(reports: Path) -> str:
     lines = []
     rows = timings(reports)
-    walls = [seconds for target, _, seconds in rows if target == WALL]
+    walls = [seconds for target, _, seconds, _ in rows if target == WALL]
     rows = [row for row in rows if row[0] != WALL]
     if rows:
-        width = max(len(target) for target, _, _ in rows)
-        lines.append(f"{'target':<{width}}  {'rc':>3}  {'wall':>9}")
-        for target, rc, seconds in rows:
-            lines.append(f"{target:<{width}}  {rc:>3}  {_minutes(seconds):>9}")
+        width = max(len(target) for target, *_ in rows)
+        lines.append(f"{'target':<{width}}  {'rc':>3}  {'wall':>9}  {'cpu':>9}")
+        for target, rc, seconds, cpu in rows:
+            used = "" if cpu is None else _minutes(cpu)
+            lines.append(f"{target:<{width}}  {rc:>3}  {_minutes(seconds):>9}  {used:>9}")
         # the whole run's time when recorded: the targets' sum overstates it when lanes overlap
-        total = walls[-1] if walls else sum(seconds for _, _, seconds in rows)
-        lines.append(f"{'total':<{width}}  {'':>3}  {_minutes(total):>9}")
+        total = walls[-1] if walls else sum(seconds for _, _, seconds, _ in rows)
+        cpus = [cpu for *_, cpu in rows if cpu is not None]
+        lines.append(f"{'total':<{width}}  {'':>3}  {_minutes(total):>9}  {_minutes(sum(cpus)):>9}")
     found = skips(reports)
     lines.append(f"skipped tests: {sum(found.values())}")
     lines.extend(f"  {count} x {reason}" for reason, count in sorted(found.items()))

@@ -1,3 +1,4 @@
+import time
 from pathlib import Path
 
 import pytest
@@ -45,4 +46,9 @@ def test_loop_devices_release_stacked_devices_and_detach_their_own(
     finally:
         assert loops.detach_all() == []
     assert loops.attached == {}
-    assert outer not in kernel_loops() or not kernel_loops()[outer].startswith(str(tmp_path))
+    # Without waiting, a detach only marks the device: the kernel frees it once the last opener
+    # (another lane's blkid, say) closes it, so poll for that rather than race it.
+    deadline = time.monotonic() + 10
+    while str(tmp_path) in kernel_loops().get(outer, "") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kernel_loops().get(outer, "").startswith(str(tmp_path))

@@ -44,3 +44,22 @@ def test_lanes_run_every_target_and_print_each_log_whole(
         for line in (reports / "times.tsv").read_text().splitlines()
     }
     assert rows == {"first": "0", "broken": "2", "after": "0", "slow": "0"}
+
+
+def test_each_target_counts_its_own_cpu_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU column is the target's processes', so a busy lane does not charge an idle one."""
+    (tmp_path / "burn.py").write_text(
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2:\n    pass\n"
+    )
+    (tmp_path / "Makefile").write_text("busy:\n\t@python3 burn.py\nidle:\n\t@sleep 1.2\n")
+    monkeypatch.chdir(tmp_path)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    assert run_targets.run_lanes([["busy"], ["idle"]], [], reports) == []
+    cpu = {
+        line.split("\t")[0]: int(line.split("\t")[3])
+        for line in (reports / "times.tsv").read_text().splitlines()
+    }
+    assert cpu == {"busy": 1, "idle": 0}

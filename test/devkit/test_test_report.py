@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 def test_the_table_and_every_skip_with_its_reason(
     tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "times.tsv").write_text("setup\t0\t7\ntest-lambdas\t1\t125\n")
+    (tmp_path / "times.tsv").write_text("setup\t0\t7\ntest-lambdas\t1\t125\t190\n")
     monkeypatch.delenv("CI", raising=False)
     pytester.makepyfile(
         test_x="""
@@ -33,10 +33,10 @@ def test_d(): pass
     ]}]}  # fmt: skip
     (tmp_path / "test-cdk.jest.json").write_text(json.dumps(jest))
     assert test_report.render(tmp_path).splitlines() == [
-        "target         rc       wall",
-        "setup           0       0:07",
-        "test-lambdas    1       2:05",
-        "total                   2:12",
+        "target         rc       wall        cpu",
+        "setup           0       0:07           ",
+        "test-lambdas    1       2:05       3:10",
+        "total                   2:12       3:10",
         "skipped tests: 3",
         "  2 x test-boot: needs grub-install",
         "  1 x test-cdk: stack later",
@@ -49,9 +49,9 @@ def test_no_reports_is_no_skips(tmp_path: Path) -> None:
 
 def test_the_total_is_the_runs_wall_time_when_recorded(tmp_path: Path) -> None:
     """Lanes overlap: the total is the run's own time, not the sum of its targets."""
-    rows = "setup\t0\t7\nlint\t0\t60\ntest-twin\t0\t600\nwall\t0\t620\n"
+    rows = "setup\t0\t7\nlint\t0\t60\t50\ntest-twin\t0\t600\t900\nwall\t0\t620\n"
     (tmp_path / "times.tsv").write_text(rows)
     assert test_report.render(tmp_path).splitlines()[-3:-1] == [
-        "test-twin    0      10:00",
-        "total               10:20",
+        "test-twin    0      10:00      15:00",
+        "total               10:20      15:50",
     ]
