@@ -269,17 +269,24 @@ def _key_policy(resource: str) -> dict[str, Any] | None:
 
 
 def _simulate(policies: Policies, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The decision of @cloud-copilot/iam-simulate (check.mjs) on each request."""
+    """The decision of @cloud-copilot/iam-simulate (check.mjs) on each request. A run repeats
+    the same calls (every poll, every block put): each distinct request is simulated once."""
+    first: dict[str, int] = {}  # the request without its id -> the id simulated for it
+    same_as: dict[int, int] = {}
+    for request in requests:
+        key = json.dumps({k: v for k, v in request.items() if k != "id"}, sort_keys=True)
+        same_as[request["id"]] = first.setdefault(key, request["id"])
+    distinct = [r for r in requests if same_as[r["id"]] == r["id"]]
     with tempfile.TemporaryDirectory(prefix="twin-iam-") as tmp:
         job, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job.write_text(json.dumps({"policies": policies, "requests": requests}))
+        job.write_text(json.dumps({"policies": policies, "requests": distinct}))
         done = subprocess.run(
             ["node", str(CHECKER), str(job), str(result)], cwd=REPO, capture_output=True, text=True
         )
         if done.returncode != 0:
             raise RuntimeError(f"twin/iam/check.mjs failed:\n{done.stderr}")
-        decisions: list[dict[str, Any]] = json.loads(result.read_text())
-    return decisions
+        decided = {d["id"]: d for d in json.loads(result.read_text())}
+    return [{**decided[same_as[r["id"]]], "id": r["id"]} for r in requests]
 
 
 def _ctx_args(c: dict[str, Any]) -> dict[str, Any]:
