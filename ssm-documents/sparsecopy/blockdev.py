@@ -35,6 +35,33 @@ def run(args: Sequence[str], check: bool = True) -> "subprocess.CompletedProcess
     return proc
 
 
+def run_bounded(
+    args: Sequence[str], seconds: float, max_output: int
+) -> "tuple[Optional[int], str]":
+    """Run a checker that may not stop on damaged input (e2fsck -n loops on some corrupt
+    filesystems, printing the same problems again and again): its exit code and output, or None
+    and the output so far when it ran longer than ``seconds`` or printed more than
+    ``max_output`` bytes (it is then killed)."""
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
+        except FileNotFoundError as exc:
+            raise Failure(f"{args[0]} is not installed: install it or use another method") from exc
+        deadline = time.monotonic() + seconds
+        code: Optional[int] = None
+        while True:
+            try:
+                code = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline or os.fstat(out.fileno()).st_size > max_output:
+                    proc.kill()
+                    proc.wait()
+                    break
+        out.seek(0)
+        return code, out.read(max_output).decode(errors="replace")
+
+
 def size_of(fd: int) -> int:
     """Size in bytes of an open block device or regular file."""
     mode = os.fstat(fd).st_mode

@@ -66,6 +66,17 @@ def check_device(path: str, role: str) -> None:
         raise Failure(f"{role} {problem}")
 
 
+def check_whole_sectors(size: int, path: str) -> None:
+    """A volume is whole 512-byte sectors; an image file may not be (it would fail the first
+    sector-aligned read with a bare 'Invalid argument')."""
+    if size % 512:
+        raise Failure(
+            f"source {path} is {size} bytes, not a whole number of 512-byte sectors, so it is "
+            "not the image of a volume (an EBS volume always is): pad the image to a multiple "
+            f"of 512 bytes (truncate -s %512 {path}) and copy it again"
+        )
+
+
 def _read_aligned(fd: int, offset: int, length: int) -> bytes:
     buf = mmap.mmap(-1, length)
     try:
@@ -130,6 +141,7 @@ def _examine(
 ) -> _Devices:
     """Sizes, the block list against the source, and a blank target: nothing written yet."""
     size, target_size = size_of(source_fd), size_of(target_fd)
+    check_whole_sectors(size, options.source)
     if target_size < size:
         raise Failure(
             f"target is smaller than source ({target_size} < {size} bytes): "
@@ -175,7 +187,7 @@ def _write(options: CopyOptions, dev: _Devices, plan: DiskPlan, chosen: BlockSet
         check = Progress("verify", chosen.weight)
         sink.compare(dev.target_fd, chosen.blocks(), check)
         check.maybe_report(force=True)
-        fsck_all(options.target, dev.size, plan.partitions)
+        fsck_all(options.source, options.target, dev.size, plan.partitions)
     return _written(sink, trimmed)
 
 
@@ -210,6 +222,7 @@ def _copy_open(options: CopyOptions, dev: _Devices, started: float) -> "dict[str
     done = _marking_failure(dev.target_fd, lambda: _write(options, dev, plan, chosen))
     held = dev.held
     return {
+        "sourceConsistent": source_consistent(plan),
         "source_bytes_read": done.bytes_read + dev.reader.bytes_read,
         "target_bytes_written": done.bytes_written,
         "blocks_written": done.blocks_written,
@@ -222,6 +235,14 @@ def _copy_open(options: CopyOptions, dev: _Devices, started: float) -> "dict[str
         "held_blocks": held.blocks if held else None,
         "held_blocks_read": held.blocks_read() if held else None,
     }
+
+
+def source_consistent(plan: DiskPlan) -> Optional[bool]:
+    """False when a filesystem's own checker found the source inconsistent (its partitions are
+    copied raw, their notes say what was found); True when every checker that ran found
+    nothing; None when none ran."""
+    judged = [p.consistent for p in plan.partitions if p.consistent is not None]
+    return all(judged) if judged else None
 
 
 def copy_disk(options: CopyOptions) -> "dict[str, object]":
@@ -248,6 +269,7 @@ def inspect_disk(source: str, blocks_file: Optional[str] = None) -> "dict[str, o
     reader = MetaReader(source)
     try:
         size, sector = size_of(fd), sector_size(fd)
+        check_whole_sectors(size, source)
         held = against_device(blocks, size, source) if blocks else None
         if held:
             reader.limit(held)
@@ -258,6 +280,7 @@ def inspect_disk(source: str, blocks_file: Optional[str] = None) -> "dict[str, o
     parts = plan.partitions
     chosen = BlockSet.of(plan, sector, size, with_trim=True)
     return {
+        "sourceConsistent": source_consistent(plan),
         "source": source,
         "size": size,
         "table": plan.layout.table,

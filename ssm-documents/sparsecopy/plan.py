@@ -10,7 +10,7 @@ import os
 import struct
 from typing import Callable, NamedTuple, Optional
 
-from . import fs_ext, fs_fat, fs_ntfs, fs_xfs
+from . import consistency, fs_ext, fs_fat, fs_ntfs, fs_xfs
 from .blockdev import flush, partition_device
 from .errors import Failure
 from .extents import Extents, complement, intersect, normalize, shift, total
@@ -69,6 +69,10 @@ class PartPlan:
         # list does not hold: ``written`` says where (disk bytes; None: it could not be told).
         self.rewritten = False
         self.written: Optional[Extents] = None
+        # What the filesystem's own checker said of the source (consistency.py): None when it
+        # did not run, else whether it found nothing; ``findings`` is what it found.
+        self.consistent: Optional[bool] = None
+        self.findings: list[str] = []
 
     def use(self, method: str, extents: Extents, note: str = "") -> None:
         self.method = method
@@ -77,6 +81,22 @@ class PartPlan:
 
     def raw(self, why: str) -> None:
         self.use(RAW, [(self.start, self.size)], why)
+
+    def judged(self, device: str) -> bool:
+        """Run the filesystem's checker on the source partition: True when it finds nothing.
+        Else the map is not trusted (a block it calls free may still be used): the partition
+        is copied raw and the note says what the checker found and what to do."""
+        found = consistency.check(self.fs, device)
+        self.consistent = found is None
+        if found is None:
+            return True
+        self.findings = found
+        self.raw(
+            f"source filesystem inconsistent, {consistency.CHECKERS[self.fs][0]} found: "
+            f"{consistency.describe(found)}; its map is not trusted, every block copied raw: "
+            "check and repair the source filesystem (fsck)"
+        )
+        return False
 
     def summary(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -93,6 +113,8 @@ class PartPlan:
             out["note"] = self.note
         if self.fsck:
             out["fsck"] = self.fsck
+        if self.consistent is not None:
+            out["consistent"] = self.consistent
         return out
 
 
@@ -186,7 +208,7 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
         plan.use(ALLOCATED, allocated, "map read before journal replay; copy replays it first")
     elif not ext.clean:
         plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
-    else:
+    elif plan.judged(device):
         plan.use(ALLOCATED, allocated, "journal replayed" if pending else "")
 
 
@@ -227,7 +249,11 @@ def _plan_xfs(plan: PartPlan, device: str, recover: bool, held: Optional[Held]) 
             return
         plan.raw(f"xfs_db could not read the free-space map ({exc}); copying every non-zero block")
         return
-    note = "" if recover else "map read before log replay; copy mounts and unmounts first"
+    replayed = recover or fs_xfs.log_is_clean(device)
+    # xfs_repair refuses a log that needs replay: inspect judges a crashed XFS when copy does
+    if replayed and not plan.judged(device):
+        return
+    note = "" if replayed else "map read before log replay; copy mounts and unmounts first"
     plan.use(ALLOCATED, _with_tail(xfs.allocated, xfs.fs_bytes, plan.size, plan.start), note)
 
 

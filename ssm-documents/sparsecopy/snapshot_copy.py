@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 from .blockdev import sector_size, size_of
 from .blocks import FULL, Block, BlockSet, Parts, Source
 from .copier import open_device
-from .disk_copy import DEFAULT_JOBS, check_device
+from .disk_copy import DEFAULT_JOBS, check_device, check_whole_sectors, source_consistent
 from .ebs_direct import ApiError, Client, aggregate_checksum
 from .errors import Failure
 from .extents import total
@@ -109,6 +109,7 @@ def _open(options: SnapshotOptions, opened: contextlib.ExitStack) -> _Opened:
     reader = MetaReader(options.source)
     opened.callback(reader.close)
     size, sector = size_of(fd), sector_size(fd)
+    check_whole_sectors(size, options.source)
     held: Optional[Held] = None
     if blocks is not None:
         held = against_device(blocks, size, options.source)
@@ -178,6 +179,7 @@ def copy_to_snapshot(
                 part.fsck = FSCK_NOT_RUN
         held = dev.held
         return {
+            "sourceConsistent": source_consistent(dev.plan),
             "targetSnapshotId": snapshot_id,
             "source_bytes_read": source.source.bytes_read + dev.reader.bytes_read,
             "target_bytes_written": len(digests) * BLOCK_SIZE,

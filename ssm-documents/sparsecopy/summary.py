@@ -29,6 +29,9 @@ ERROR_BUDGET = 1_000  # characters of the error text in an error line (JSON-esca
 ID_BUDGET = 32  # a volume id: vol- and up to 17 hex digits
 ELLIPSIS = "..."
 KNOWN_METHODS = ("allocated", "trim", "raw", "header")
+# a partition's "fsck" (verify.py) by its head: the checker found nothing on the target, or
+# only what it finds on the source too; anything else is a reason no checker ran
+FSCK_OUTCOMES = {"clean": "clean", "as the source": "as_source"}
 _ENVELOPE = ("{", '"volumes":[', "]", "}")
 LINE_BOUND = sum(map(len, _ENVELOPE)) + MAX_VOLUMES * VOLUME_BUDGET + (MAX_VOLUMES - 1)
 ERROR_LINE_BOUND = len('{"error":"","sourceVolumeId":""}') + ERROR_BUDGET + ID_BUDGET
@@ -104,12 +107,16 @@ def volume_entry(source_volume_id: str, target_volume_id: Optional[str], summary
         methods[str(key)] = methods.get(str(key), 0) + 1
         result = part.get("fsck")
         if isinstance(result, str) and result:
-            outcome = "clean" if result == "clean" else "not_checked"
+            outcome = FSCK_OUTCOMES.get(result.split(":")[0], "not_checked")
             fsck[outcome] = fsck.get(outcome, 0) + 1
     table = summary.get("table")
     noted = [p for p in parts if isinstance(p.get("note"), str) and p.get("note")]
+    consistent = summary.get("sourceConsistent")
     entry: Json = {
         "sourceVolumeId": clip(source_volume_id, ID_BUDGET),
+        # False: a filesystem's own checker found the source inconsistent (copied raw, the
+        # notes say what it found); None: no checker ran
+        "sourceConsistent": consistent if isinstance(consistent, bool) else None,
         "targetVolumeId": _id(target_volume_id),
         "targetSnapshotId": _id(summary.get("targetSnapshotId")),
         "source_bytes_read": _count(summary.get("source_bytes_read")),
