@@ -18,6 +18,10 @@ TOOL_PACKAGES: dict[str, str] = {
     "grub-mkstandalone": "grub-common",
     "mcopy": "mtools",
     "zstd": "zstd",
+    "e2fsck": "e2fsprogs",
+    "debugfs": "e2fsprogs",
+    "xfs_db": "xfsprogs",
+    "mkntfs": "ntfs-3g",
 }
 
 # A real Debian disk made bootable and booted in QEMU: test/boot, test/twin/test_debian_boot.py,

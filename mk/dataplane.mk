@@ -4,7 +4,7 @@
 # no standard-library name newer than 3.9 is used, and a test parses every module with the 3.9
 # grammar (test/dataplane/test_units.py).
 include mk/devkit.mk
-.PHONY: lint-dataplane test-dataplane
+.PHONY: lint-dataplane test-dataplane corpus
 DATAPLANE_PATHS := ssm-documents/sparsecopy test/dataplane
 lint-dataplane: setup lint-devkit
 	$(VENV)/bin/ruff check $(DATAPLANE_PATHS)
@@ -16,3 +16,8 @@ lint-dataplane: setup lint-devkit
 # Real filesystems on loop devices: needs root (as in CI); TIER=unit: the pure tests only.
 test-dataplane: setup
 	$(PYTEST) test/dataplane
+# e2fsprogs' whole regression corpus (fetched from its Debian source package into out/cache, once)
+# through `sparsecopy copy`, each copy judged by e2fsck and debugfs (devkit/e2fs_corpus.py); prints
+# the table clean/corrupt x pass/fallback/refused and the time. test-dataplane runs a part of it.
+corpus: setup
+	$(PY) -m devkit.e2fs_corpus
