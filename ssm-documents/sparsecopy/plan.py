@@ -84,19 +84,23 @@ class PartPlan:
 
     def judged(self, device: str) -> bool:
         """Run the filesystem's checker on the source partition: True when it finds nothing.
-        Else the map is not trusted (a block it calls free may still be used): the partition
-        is copied raw and the note says what the checker found and what to do."""
+        Else the map is not trusted (a block it calls free may still be used): ``disputed``."""
         found = consistency.check(self.fs, device)
+        if found is not None:
+            self.disputed(consistency.CHECKERS[self.fs][0], found)
         self.consistent = found is None
-        if found is None:
-            return True
+        return found is None
+
+    def disputed(self, judge: str, found: "list[str]") -> None:
+        """The source's own structures dispute its map: copied raw, the note says what was
+        found and what to do."""
+        self.consistent = False
         self.findings = found
         self.raw(
-            f"source filesystem inconsistent, {consistency.CHECKERS[self.fs][0]} found: "
-            f"{consistency.describe(found)}; its map is not trusted, every block copied raw: "
-            "check and repair the source filesystem (fsck)"
+            f"source filesystem inconsistent, {judge} found: {consistency.describe(found)}; "
+            "its map is not trusted, every block copied raw: check and repair the source "
+            "filesystem (fsck)"
         )
-        return False
 
     def summary(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -264,6 +268,10 @@ def _plan_parsed(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
             if not ntfs.clean:
                 plan.raw(f"{ntfs.note}: copying every non-zero block")
                 return
+            if ntfs.unmarked:
+                plan.disputed("the MFT's runlists", [_unmarked(ntfs.unmarked)])
+                return
+            plan.consistent = True
             allocated, fs_bytes = ntfs.allocated, ntfs.fs_bytes
         else:
             fat = fs_fat.read_map(read)
@@ -272,6 +280,12 @@ def _plan_parsed(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
         plan.raw(f"{plan.fs} metadata not understood ({exc}); copying every non-zero block")
         return
     plan.use(ALLOCATED, _with_tail(allocated, fs_bytes, plan.size, plan.start))
+
+
+def _unmarked(extents: Extents) -> str:
+    first = ", ".join(f"bytes {start}-{start + length - 1}" for start, length in extents[:3])
+    more = f" and {len(extents) - 3} more ranges" if len(extents) > 3 else ""
+    return f"{total(extents)} bytes in use that $Bitmap calls free ({first}{more})"
 
 
 def _swap_header(plan: PartPlan, read: Callable[[int, int], bytes]) -> None:
