@@ -286,6 +286,7 @@ class VolumeReport(TypedDict):
     writtenBlocks: int | None
     heldBlocks: int | None
     heldBlocksRead: int | None
+    sourceConsistent: bool | None
     blockListError: str | None
     estimate: NotRequired[VolumeEstimate | None]
 

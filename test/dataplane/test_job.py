@@ -154,6 +154,7 @@ def test_each_volume_finds_both_devices_then_copies_in_job_order() -> None:
     assert [v["source_bytes_read"] for v in volumes] == [1000 * 10, 1000 * 11, 1000 * 12]
     assert volumes[0] == {
         "sourceVolumeId": SOURCES[0],
+        "sourceConsistent": None,
         "targetVolumeId": TARGETS[0],
         "targetSnapshotId": None,
         "source_bytes_read": 10000,
@@ -396,6 +397,24 @@ def test_entry_fixed_fields_fit_the_volume_budget_at_their_largest() -> None:
     )
     assert odd["source_bytes_read"] is None and odd["seconds"] is None
     assert summary.MAX_VOLUMES * summary.VOLUME_BUDGET + 23 == summary.LINE_BOUND < 24_000
+
+
+def test_entry_says_whether_the_source_was_consistent_and_how_verify_judged() -> None:
+    """sourceConsistent passes through as a boolean (anything else is null); a partition whose
+    copy the checker finds exactly as inconsistent as its source counts as "as_source"."""
+    parts = [
+        {"method": "raw", "fsck": "as the source: e2fsck finds the same 3 problem(s) on both"},
+        {"method": "allocated", "fsck": "clean"},
+        {"method": "raw", "fsck": "not checked: unknown is not a filesystem with a checker"},
+    ]
+    entry = summary.volume_entry("vol-1", "vol-2", {"sourceConsistent": False, "partitions": parts})
+    assert entry["sourceConsistent"] is False
+    assert entry["fsck"] == {"as_source": 1, "clean": 1, "not_checked": 1}
+    assert summary.volume_entry("vol-1", "vol-2", {"sourceConsistent": True})["sourceConsistent"]
+    assert (
+        summary.volume_entry("vol-1", "vol-2", {"sourceConsistent": "no"})["sourceConsistent"]
+        is None
+    )
 
 
 def test_clip_counts_json_escaped_characters() -> None:

@@ -12,7 +12,9 @@ import pytest
 from conftest import PROGRAM
 from sparsecopy import (
     bitmap,
+    blockdev,
     blocks,
+    consistency,
     copier,
     extents,
     fs_fat,
@@ -462,3 +464,27 @@ def test_after_a_replay_the_plan_adds_what_it_wrote_and_nothing_else_unheld() ->
     assert "the replay wrote 1 needed block(s) the list does not hold" in told.note
     untold = limited(None)
     assert untold.extents == needed and "could not be told" in untold.note
+
+
+def test_a_checker_that_does_not_stop_is_stopped() -> None:
+    """e2fsck -n loops on some corrupt filesystems, printing the same problems forever: the
+    checker is killed once its output passes the bound (or its time), and answers None."""
+    code, output = blockdev.run_bounded(["yes", "Relocate? no"], 60, 64 * 1024)
+    assert code is None and output.startswith("Relocate? no\n")
+    assert blockdev.run_bounded(["sh", "-c", "sleep 30"], 0.5, 1 << 20) == (None, "")
+    assert blockdev.run_bounded(["sh", "-c", "echo found; exit 4"], 60, 1 << 20) == (4, "found\n")
+
+
+def test_findings_are_the_checker_s_problems_without_banners_or_progress() -> None:
+    output = (
+        "e2fsck 1.47.0 (5-Feb-2023)\nPass 1: Checking inodes, blocks, and sizes\n"
+        "Inode 12, i_blocks is 8, should be 2.  Fix? no\n\n/dev/loop7: 11/64 files (0.0% "
+        "non-contiguous), 40/256 blocks\nPhase 2 - using internal log\n        - scan filesystem "
+        "freespace and inode maps...\ndata fork in ino 131 claims free block 24\n"
+        "Inode 12, i_blocks is 8, should be 2.  Fix? no\n"
+    )
+    assert consistency.findings(output, "/dev/loop7") == [
+        "Inode 12, i_blocks is 8, should be 2. Fix? no",
+        "data fork in ino 131 claims free block 24",
+    ]
+    assert consistency.describe(["a", "b", "c", "d", "e"]) == "a; b; c (and 2 more)"

@@ -86,6 +86,7 @@ def success_state(world: World) -> dict[str, Any]:
                         "target_bytes_written": 2_000_000_000,
                         "held_blocks": 6_000,
                         "held_blocks_read": 5_800,
+                        "sourceConsistent": True,
                         "verified": True,
                     }
                 ]
@@ -123,6 +124,28 @@ def success_state(world: World) -> dict[str, Any]:
     }
 
 
+def test_an_inconsistent_source_is_reported_with_what_to_do(world: World) -> None:
+    """The data plane found the source's filesystem inconsistent and copied it whole: the
+    volume says so, and a note tells the user to fsck the source (issue #23)."""
+    state = success_state(world)
+    (entry,) = state["compaction"]["summary"]["volumes"]
+    finding = (
+        "partition 1 (ext4, raw): source filesystem inconsistent, e2fsck found: Block bitmap "
+        "differences: +(8585--8776); its map is not trusted, every block copied raw: check "
+        "and repair the source filesystem (fsck)"
+    )
+    entry.update(sourceConsistent=False, notes=["partition 2 (swap, header): swap", finding])
+    result = report.handler(state, world.context)
+    assert result["volumes"][0]["sourceConsistent"] is False
+    assert result["notes"] == [
+        NOTE,
+        "volume 0: the source filesystem is inconsistent (its own checker disputes its "
+        "free-space map), so the affected partitions were copied whole, as the source has "
+        "them: check and repair the source filesystem (fsck) and compact again for a smaller "
+        f"snapshot. {finding}",
+    ]
+
+
 def test_success_report_is_returned_and_published(world: World) -> None:
     state = success_state(world)
     new = state["snapshots"]["snapshots"][0]["snapshotId"]
@@ -152,6 +175,7 @@ def test_success_report_is_returned_and_published(world: World) -> None:
             "writtenBlocks": 4000,  # 2,097,152,000 bytes in 512 KiB blocks
             "heldBlocks": 6_000,
             "heldBlocksRead": 5_800,
+            "sourceConsistent": True,
             "blockListError": None,
         }
     ]

@@ -161,6 +161,7 @@ def _notes(plan: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
         *(sharing.get("notes") or []),
         *(sharing.get("warnings") or []),
     ]
+    found.extend(_inconsistent_sources(state))
     left = [str(i) for i in _mapping(state.get("teardown")).get("leftToTimeOut") or []]
     if left:
         found.append(
@@ -229,6 +230,7 @@ def _volume(
         ),
         "heldBlocks": _int_or_none(listing.get("heldBlocks")),
         "heldBlocksRead": _int_or_none(summary.get("held_blocks_read")),
+        "sourceConsistent": _bool_or_none(summary.get("sourceConsistent")),
         "blockListError": (
             str(listing["blockListError"]) if listing.get("blockListError") else None
         ),
@@ -320,6 +322,26 @@ def _copy_summaries(state: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
         if isinstance(item, Mapping) and item.get("sourceVolumeId") in index_by_source:
             result[index_by_source[item["sourceVolumeId"]]] = item
     return result
+
+
+def _bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _inconsistent_sources(state: Mapping[str, Any]) -> list[str]:
+    """A note for each volume whose filesystem the data plane found inconsistent (its own
+    checker disputed its free-space map): the copy is faithful, raw, and the user should fsck."""
+    out = []
+    for index, summary in sorted(_copy_summaries(state).items()):
+        if summary.get("sourceConsistent") is False:
+            notes = [str(n) for n in summary.get("notes") or [] if "inconsistent" in str(n)]
+            out.append(
+                f"volume {index}: the source filesystem is inconsistent (its own checker "
+                "disputes its free-space map), so the affected partitions were copied whole, "
+                "as the source has them: check and repair the source filesystem (fsck) and "
+                f"compact again for a smaller snapshot. {' '.join(notes)}".strip()
+            )
+    return out
 
 
 def _fast_snapshot_restore(state: Mapping[str, Any]) -> list[FastSnapshotRestoreState]:
