@@ -23,6 +23,7 @@ _NOT_FINDINGS = re.compile(
     r"^(e2fsck \d|Pass \d|Phase \d|\S+: \d+/\d+ files|No modify flag set|- |"
     r"\*\*\*\*\* FILE SYSTEM WAS MODIFIED)"
 )
+_PROMPT = re.compile(r"(^|\s)[A-Z][\w' ]*\? no$")
 CHECKERS = {
     "ext4": ["e2fsck", "-f", "-n"],
     "xfs": ["xfs_repair", "-n"],
@@ -36,7 +37,8 @@ def findings(output: str, device: str) -> "list[str]":
     """The problems a checker printed, in order, each once, the device's name taken out."""
     seen: list[str] = []
     for line in output.replace(device, "DEVICE").splitlines():
-        line = re.sub(r"\s+", " ", line).strip()
+        # "Fix? no", "Clear? no": -n's answers to its own prompts, on the line or the next one
+        line = _PROMPT.sub("", re.sub(r"\s+", " ", line)).strip()
         if line and not _NOT_FINDINGS.search(line) and line not in seen:
             seen.append(line)
     return seen

@@ -44,8 +44,8 @@ def fsck_partition(source: str, target: str, disk_size: int, plan: PartPlan) -> 
             f"does not find on the source: {describe(worse)}"
         )
     return (
-        f"as the source: {checker[0]} finds the same {len(found)} problem(s) on both "
-        f"({describe(found, 1)}): check and repair the source filesystem (fsck)"
+        f"as the source: {checker[0]} finds the same {len(found)} problem(s) on both, the "
+        f"first: {found[0]}; check and repair the source filesystem (fsck)"
     )
 
 

@@ -38,7 +38,8 @@ def test_an_inconsistent_source_is_copied_whole_and_said_so(
     assert result.outcome == corpus.FALLBACK, result.detail
     assert result.summary is not None
     assert result.summary["sourceConsistent"] is False
-    (part,) = result.summary["partitions"]  # type: ignore[misc]
+    parts: list[dict] = result.summary["partitions"]  # type: ignore[assignment]
+    (part,) = parts
     assert part["consistent"] is False and part["method"] == "raw"
     assert part["note"].startswith("source filesystem inconsistent, e2fsck found: ")
     assert part["note"].endswith("check and repair the source filesystem (fsck)")

@@ -148,3 +148,54 @@ def test_ntfs_whose_bitmap_frees_a_file(tmp_path: Path) -> None:
         damaged, "the MFT's runlists", f"{VICTIM} bytes in use that $Bitmap calls free", "clean"
     )
     _keeps_victim(damaged, image, tmp_path)
+
+
+def _ext4_image(path: Path) -> Path:
+    disks.create_sparse(path, 16 * MIB)
+    disks.run("mkfs.ext4", "-q", "-F", "-O", "^metadata_csum", str(path))
+    return path
+
+
+def _root_inode_broken(path: Path) -> None:
+    """Zero the root directory's inode (inode 2 of the first inode table) in place."""
+    header = disks.run("dumpe2fs", "-h", str(path))
+    block, inode = (
+        int(re.search(rf"^{name}:\s+(\d+)$", header, re.M).group(1))  # type: ignore[union-attr]
+        for name in ("Block size", "Inode size")
+    )
+    table = re.search(r"Inode table at (\d+)", disks.run("dumpe2fs", str(path)))
+    assert table
+    with open(path, "r+b") as f:
+        f.seek(int(table.group(1)) * block + inode)
+        f.write(bytes(inode))
+
+
+def test_verify_fails_only_on_what_the_source_does_not_have(tmp_path: Path) -> None:
+    """verify compares the copy's check with the source's: a copy that is worse fails with the
+    checker's own findings (not its banner); a copy exactly as inconsistent as its source is
+    reported as such."""
+    from sparsecopy import plan as planning
+    from sparsecopy.errors import Failure
+    from sparsecopy.partitions import Partition
+    from sparsecopy.verify import fsck_partition
+
+    source = _ext4_image(tmp_path / "source.img")
+    target = tmp_path / "target.img"
+    target.write_bytes(source.read_bytes())
+    _root_inode_broken(target)
+    size = source.stat().st_size
+    part = planning.PartPlan(Partition(1, 0, size, ""), "ext4")
+    with pytest.raises(Failure) as failed:
+        fsck_partition(str(source), str(target), size, part)
+    message = str(failed.value)
+    assert message.startswith(
+        "verify: e2fsck finds on target partition 1 (ext4) what it does not find on the source: "
+    )
+    assert "Root inode is not a directory" in message or "Root inode not allocated" in message
+    # the same damage on the source: the copy is no worse, and says so
+    _root_inode_broken(source)
+    judged = planning.PartPlan(Partition(1, 0, size, ""), "ext4")
+    assert not judged.judged(str(source))
+    outcome = fsck_partition(str(source), str(target), size, judged)
+    assert outcome.startswith("as the source: e2fsck finds the same ")
+    assert outcome.endswith("check and repair the source filesystem (fsck)")

@@ -482,9 +482,12 @@ def test_findings_are_the_checker_s_problems_without_banners_or_progress() -> No
         "non-contiguous), 40/256 blocks\nPhase 2 - using internal log\n        - scan filesystem "
         "freespace and inode maps...\ndata fork in ino 131 claims free block 24\n"
         "Inode 12, i_blocks is 8, should be 2.  Fix? no\n"
+        "Entry 'foo' in / (2) references inode 65 found in group 1's unused inodes area.\n"
+        "Fix? no\n\nRelocate? no\n"
     )
     assert consistency.findings(output, "/dev/loop7") == [
-        "Inode 12, i_blocks is 8, should be 2. Fix? no",
+        "Inode 12, i_blocks is 8, should be 2.",
         "data fork in ino 131 claims free block 24",
+        "Entry 'foo' in / (2) references inode 65 found in group 1's unused inodes area.",
     ]
     assert consistency.describe(["a", "b", "c", "d", "e"]) == "a; b; c (and 2 more)"
