@@ -9,7 +9,8 @@ its own command line. Three of its functions are replaced, nothing else:
 - plan_disk (as disk_copy and snapshot_copy call it): the recorded table and partitions of the
   volume (TWIN_REPLAY_PLAN, by the file's real path), each partition's extents being the blocks
   the recorded copy took within it; with a block list the plan is cut to it as plan_disk does;
-- fsck_all (target volume, verify): each partition's recorded fsck result.
+- fsck_all (target volume, verify): each partition's recorded fsck result (and the plan the
+  recorded source check: its `consistent`).
 Stdlib only: it runs under the python3 the instance's script would use.
 """
 
@@ -52,6 +53,7 @@ def _replayed_plan(plans: "dict[str, Any]") -> Any:
             plan.use(summary["method"], intersect(taken, [(part.start, part.size)]),
                      summary.get("note", ""))  # fmt: skip
             plan.twin_fsck = summary.get("fsck", "")
+            plan.consistent = summary.get("consistent")  # what the source's checker said
             if held is not None:
                 planning._limit(plan, held)
             plans_.append(plan)
@@ -64,7 +66,7 @@ def _replayed_plan(plans: "dict[str, Any]") -> Any:
     return plan_disk
 
 
-def _replayed_fsck(target: str, disk_size: int, plans: "list[Any]") -> None:
+def _replayed_fsck(source: str, target: str, disk_size: int, plans: "list[Any]") -> None:
     for plan in plans:
         plan.fsck = getattr(plan, "twin_fsck", "")
 
