@@ -21,7 +21,7 @@ CHECK_OUTPUT = 4 * 1024 * 1024
 # statistics.
 _NOT_FINDINGS = re.compile(
     r"^(e2fsck \d|Pass \d|Phase \d|\S+: \d+/\d+ files|No modify flag set|- |"
-    r"\*\*\*\*\* FILE SYSTEM WAS MODIFIED)"
+    r"\*\*\*\*\* FILE SYSTEM WAS MODIFIED|\S+: \*+ WARNING: Filesystem still has errors)"
 )
 _PROMPT = re.compile(r"(^|\s)[A-Z][\w' ]*\? no$")
 CHECKERS = {
