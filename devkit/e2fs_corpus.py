@@ -73,7 +73,9 @@ ODD_SIZE = ("f_detect_junk", "f_dup_de_crypt")
 # clean images copied by their map, and e2fsck -n looping on a corrupt one (stopped)
 FAITHFUL = ("f_selinux", "f_verity", "f_shared_blocks_ok", "f_convert_bmap", "j_corrupt_commit_tid")
 LOOPING_CHECKER = ("f_illitable_flexbg",)
-REPRESENTATIVE = LOST_DATA + ODD_SIZE + FAITHFUL + LOOPING_CHECKER
+# a superblock whose state says the kernel found errors (after the journal replay)
+RECORDED_ERRORS = ("j_corrupt_commit_csum",)
+REPRESENTATIVE = LOST_DATA + ODD_SIZE + FAITHFUL + LOOPING_CHECKER + RECORDED_ERRORS
 
 PASS, FALLBACK, REFUSED, FAIL = "pass", "fallback", "refused", "FAIL"
 
@@ -286,7 +288,7 @@ def copy(source: Path, target: Path) -> subprocess.CompletedProcess[str]:
     with open(target, "wb") as out:
         out.truncate(source.stat().st_size)
     return subprocess.run(
-        [sys.executable, str(PROGRAM), "copy", str(source), str(target), "--jobs", "4"],
+        [sys.executable, str(PROGRAM), "copy", str(source), str(target), "--jobs", "4", "--verify"],
         capture_output=True,
         text=True,
         timeout=TOOL_TIMEOUT,

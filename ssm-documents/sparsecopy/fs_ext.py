@@ -43,6 +43,7 @@ class ExtMap(NamedTuple):
     fs_bytes: int  # end of the filesystem within the partition
     clean: bool
     note: str
+    errors: bool  # the kernel recorded errors in the superblock (state "... with errors")
 
 
 def needs_recovery(device: str) -> bool:
@@ -203,4 +204,5 @@ def read_map(device: str) -> ExtMap:
     free.extend(unread_group_metadata(out))
     clean = state == "clean" and "needs_recovery" not in features
     note = "" if clean else f"filesystem state '{state}', features '{features}'"
-    return ExtMap(complement(free, 0, fs_bytes), fs_bytes, clean, note)
+    errors = "error" in state
+    return ExtMap(complement(free, 0, fs_bytes), fs_bytes, clean, note, errors)

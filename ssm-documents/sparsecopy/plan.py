@@ -73,6 +73,7 @@ class PartPlan:
         # did not run, else whether it found nothing; ``findings`` is what it found.
         self.consistent: Optional[bool] = None
         self.findings: list[str] = []
+        self.judge = ""  # who found them: a checker's name (verify reuses its findings), ...
 
     def use(self, method: str, extents: Extents, note: str = "") -> None:
         self.method = method
@@ -89,6 +90,7 @@ class PartPlan:
         if found is not None:
             self.disputed(consistency.CHECKERS[self.fs][0], found)
         self.consistent = found is None
+        self.judge = consistency.CHECKERS[self.fs][0]
         return found is None
 
     def disputed(self, judge: str, found: "list[str]") -> None:
@@ -96,6 +98,7 @@ class PartPlan:
         found and what to do."""
         self.consistent = False
         self.findings = found
+        self.judge = judge
         self.raw(
             f"source filesystem inconsistent, {judge} found: {consistency.describe(found)}; "
             "its map is not trusted, every block copied raw: check and repair the source "
@@ -210,6 +213,9 @@ def _plan_ext(plan: PartPlan, device: str, recover: bool) -> None:
     allocated = _with_tail(ext.allocated, ext.fs_bytes, plan.size, plan.start)
     if pending and not recover:
         plan.use(ALLOCATED, allocated, "map read before journal replay; copy replays it first")
+    elif ext.errors:
+        # the kernel found the filesystem damaged and said so in the superblock
+        plan.disputed("the kernel", [f"errors, recorded in the superblock ({ext.note})"])
     elif not ext.clean:
         plan.raw(f"{ext.note}: block bitmaps untrusted, copying every non-zero block")
     elif plan.judged(device):

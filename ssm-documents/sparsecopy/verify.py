@@ -2,8 +2,8 @@
 
 A faithful copy of an inconsistent source is as inconsistent as the source: the copy must be no
 worse, not clean. So where the checker finds something on the target, it is also run on the
-source partition (read-only; the plan's own check is reused), and the copy fails verification
-only for what the checker finds on the target and not on the source."""
+source partition (read-only; the plan's own run of that checker is reused), and the copy fails
+verification only for what the checker finds on the target and not on the source."""
 
 import shutil
 from typing import Optional
@@ -32,11 +32,11 @@ def fsck_partition(source: str, target: str, disk_size: int, plan: PartPlan) -> 
     found = _check_partition(target, disk_size, plan)
     if found is None:
         return "clean"
-    if plan.consistent is None:
+    if plan.judge == checker[0]:
+        at_source = plan.findings  # the plan ran this checker on the source
+    else:
         log(f"verify: {checker[0]} on source partition {plan.number}, to compare")
         at_source = _check_partition(source, disk_size, plan) or []
-    else:
-        at_source = plan.findings
     worse = [line for line in found if line not in at_source]
     if worse:
         raise Failure(

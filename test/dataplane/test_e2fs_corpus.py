@@ -45,6 +45,20 @@ def test_an_inconsistent_source_is_copied_whole_and_said_so(
     assert part["note"].endswith("check and repair the source filesystem (fsck)")
 
 
+@pytest.mark.parametrize("name", corpus.RECORDED_ERRORS)
+def test_a_source_whose_superblock_records_errors_is_said_inconsistent(
+    tests: Path, name: str, tmp_path: Path
+) -> None:
+    result = _checked(tests, name, tmp_path)
+    assert result.outcome == corpus.FALLBACK and result.summary is not None
+    assert result.summary["sourceConsistent"] is False
+    parts: list[dict] = result.summary["partitions"]  # type: ignore[assignment]
+    assert parts[0]["note"].startswith(
+        "source filesystem inconsistent, the kernel found: errors, recorded in the superblock "
+        "(filesystem state 'clean with errors'"
+    )
+
+
 @pytest.mark.parametrize("name", corpus.ODD_SIZE)
 def test_an_image_of_no_whole_sectors_is_refused_saying_why(
     tests: Path, name: str, tmp_path: Path
