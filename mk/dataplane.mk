@@ -14,8 +14,11 @@ lint-dataplane: setup lint-devkit
 	MYPYPATH=ssm-documents $(VENV)/bin/mypy --python-version 3.11 --ignore-missing-imports \
 	  --check-untyped-defs test/dataplane
 # Real filesystems on loop devices: needs root (as in CI); TIER=unit: the pure tests only.
+# In parallel workers: the tests wait on loop devices and mkfs far more than they compute, and each
+# works on files under its own tmp_path (loop devices are taken with `losetup --find` and released
+# by their owner only: devkit/loop.py).
 test-dataplane: setup
-	$(PYTEST) test/dataplane
+	$(PYTEST) $(XDIST) test/dataplane
 # e2fsprogs' whole regression corpus (fetched from its Debian source package into out/cache, once)
 # through `sparsecopy copy`, each copy judged by e2fsck and debugfs (devkit/e2fs_corpus.py); prints
 # the table clean/corrupt x pass/fallback/refused and the time. test-dataplane runs a part of it.

@@ -23,6 +23,12 @@ RUNNER = REPO / "twin" / "runner" / "run.mjs"
 # A Wait of N seconds in AWS lasts N x this many ms in the twin (at least wait_ms): poll bounds
 # sized for AWS time keep their proportion to copies that take real seconds here (run.mjs).
 MS_PER_AWS_SECOND = 10
+# The compaction poll's Wait (the one whose seconds come from the plan: SecondsPath) bounds the
+# data plane's real work, which runs at this machine's speed: on a busy machine (make test's lanes)
+# an AMI's copy of two real disks with its checks outgrew the bound at 10 ms (CompactionTimedOut in
+# the sweep's abort@Register image, and in a recording). It lasts 3x longer (at least); the other
+# Waits stand for AWS's own asynchronous work, which the emulator's own clocks model.
+MS_PER_AWS_SECOND_OF_WORK = 3 * MS_PER_AWS_SECOND
 
 
 @dataclass
@@ -186,6 +192,7 @@ def execute(
         "logDir": str(logdir),
         "waitMs": wait_ms,
         "msPerAwsSecond": ms_per_aws_second,
+        "msPerAwsSecondOfWork": max(ms_per_aws_second, MS_PER_AWS_SECOND_OF_WORK),
         "retryMs": retry_ms,
         "throttledCallsPerFunction": throttled_calls_per_function,
         "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],

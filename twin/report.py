@@ -206,7 +206,10 @@ class Report:
         metadata=_doc("from QEMU's start to the guest's power-off (or the failure)")
     )
     source_image_boots: bool | None = field(
-        metadata=_doc("OS=debian: the same boot of the source AMI's root volume, for comparison")
+        metadata=_doc(
+            "OS=debian, when the new AMI did not boot (or there is none): the same boot of the "
+            "source AMI's root volume, to tell a broken copy from a broken set-up; else null"
+        )
     )
     source_image_boot_seconds: float | None = field(metadata=_doc("its seconds"))
     boot_proof: dict[str, Any] = field(

@@ -6,8 +6,8 @@ delivered the new snapshots (and AMI) still exist.
 usage: python -m twin.sweep --cdk-out DIR [--out out/sweep] [--states A,B] [--kinds error,abort]
                             [--workers 2] [--doc docs/sweep.md]
 
-Cases run in subprocesses (moto's backends are process-wide), `--workers` at a time. Writes
-OUT/results.json (one row per case) and, with --doc, the Markdown table.
+Cases run in `--workers` worker processes (moto's backends are process-wide), one at a time in
+each. Writes OUT/results.json (one row per case) and, with --doc, the Markdown table.
 
 A Task state on a recovery path (only entered after a Catch) is never reached by one fault: its
 cases run with an "opener" fault first (FAULT=OPENER+KIND@STATE) that leads the run onto that
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -270,30 +271,26 @@ def behaviour_cases(states: list[str] | None, kinds: list[str] | None) -> list[d
 
 def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
              diskless: bool = False) -> dict[str, Any]:  # fmt: skip
-    """One case in its own process (moto is process-wide); returns its row."""
+    """One case, in this process (moto's backends are process-wide: one case at a time in a
+    process); returns its row. A case the twin itself could not run is a TWIN-ERROR row."""
+    from .scenario import Options, run
+
     slug = f"{case['kind']}-{case['state']}".replace(" ", "_").replace("/", "_")
     fault = case["kind"] if case["state"] == "-" else f"{case['kind']}@{case['state']}"
     if case.get("opener"):
         fault = f"{case['opener']}+{fault}"
-    case_out = out / "cases" / slug
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "twin.sweep", "--one", "--cdk-out", str(cdk_out),
-            "--out", str(case_out), "--fs", fs, "--input", case["input"],
-            "--fault", fault, "--target", case.get("target") or "",
-            *(["--diskless"] if diskless else []),
-        ],
-        cwd=REPO, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
-    seconds = round(time.monotonic() - started, 1)
-    report_path = case_out / "report.json"
-    if proc.returncode != 0 or not report_path.exists():
+    try:
+        opts = Options(fs=fs, input=case["input"], fault=fault, cdk_out=cdk_out,
+                       out_dir=out / "cases" / slug, picture=False,
+                       target=case.get("target") or None, diskless=diskless)  # fmt: skip
+        report = run(opts)
+    except Exception:  # the row says what broke; the other cases still run
         return {
-            **case, "execution_status": "TWIN-ERROR", "error": proc.stderr[-2000:],
-            "outcome": None, "holds": False, "seconds": seconds, "leaked_resources": None,
+            **case, "execution_status": "TWIN-ERROR", "error": traceback.format_exc()[-2000:],
+            "outcome": None, "holds": False, "leaked_resources": None,
+            "seconds": round(time.monotonic() - started, 1),
         }  # fmt: skip
-    report = json.loads(report_path.read_text())
     applied = report.get("fault_applied") or {}
     row = {k: report.get(k) for k in ROW_KEYS if k in report}
     row.update(case)
@@ -302,23 +299,13 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
     row["fault_detail"] = applied.get("detail")
     row["faults_applied"] = report.get("faults_applied") or []
     row["workflow_target"] = report.get("target")  # the workflow report's (case: the input's)
-    row["seconds"] = seconds
+    row["seconds"] = round(time.monotonic() - started, 1)
     if case["state"] == "-":
         # the data plane rides through AWS's behaviours: such a run must also succeed and meet it
         row["holds"] = bool(
             row.get("holds") and row["execution_status"] == "SUCCEEDED" and row["fault_applied"]
         )
     return row
-
-
-def _one(args: argparse.Namespace) -> int:
-    from .scenario import Options, run
-
-    opts = Options(fs=args.fs, input=args.input, fault=args.fault, cdk_out=args.cdk_out,
-                   out_dir=args.out, picture=False, target=args.target or None,
-                   diskless=args.diskless)  # fmt: skip
-    run(opts)
-    return 0
 
 
 def table(rows: list[dict[str, Any]], seconds: float, diskless: bool = False,
@@ -423,9 +410,14 @@ def sweep(cdk_out: Path, out: Path, states: list[str] | None = None,
             raise SystemExit(f"sweep: {missing} are not cases of this definition")
         cases = [c for c in cases if f"{c['kind']}@{c['state']}" in pairs]
     out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = list(pool.map(lambda c: run_case(cdk_out, c, out, diskless=diskless), cases))
-    return rows
+    # Worker processes that each run case after case: a case's own process would pay Python's,
+    # moto's and the Lambda zygote's start-up again (~4 CPU-seconds). Spawned, not forked: the
+    # caller (pytest) has threads. (No max_tasks_per_child: Python 3.11's executor hangs when it
+    # replaces a worker, as the first try of this showed after 8 cases a worker.)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        runs = [pool.submit(run_case, cdk_out, c, out, "ext4", diskless) for c in cases]
+        return [r.result() for r in runs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,15 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diskless", action="store_true",
                         help="no disks: each case replays the recorded data-plane runs "
                         "(seconds a case, no root); else every case copies real disks")  # fmt: skip
-    # one case (used by the sweep's worker processes)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--fault", help=argparse.SUPPRESS)
-    parser.add_argument("--input", default="snapshot", help=argparse.SUPPRESS)
-    parser.add_argument("--fs", default="ext4", help=argparse.SUPPRESS)
-    parser.add_argument("--target", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.one:
-        return _one(args)
     if os.geteuid() != 0 and not args.diskless:
         print("sweep: needs root (loop devices, mounts); run it as root, or --diskless",
               file=sys.stderr)  # fmt: skip

@@ -160,8 +160,8 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
     starts a compaction, shows its phases and the copy's percent, exits 0 and --json prints the
     report; status and report read it back; a snapshot that does not exist fails with its error
     name and a non-zero exit; a batch through the client (_batch_through_the_client)."""
-    opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out")
-    with Emulator(tmp_path / "emu", Faults()) as emu:
+    opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out", diskless=True)  # the API, no bytes
+    with Emulator(tmp_path / "emu", Faults(), diskless=True) as emu:
         ctx = setup(emu, opts, None, tmp_path / "work", tmp_path / "logs")
         assert any(n.endswith("/state-machine-arn") for n in publish_stack_parameters(
             emu, ctx.d, cdk_out))  # fmt: skip

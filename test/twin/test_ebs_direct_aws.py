@@ -265,7 +265,7 @@ def test_two_runs_at_once_share_the_account_quota(tmp_path: Path) -> None:
     complete (adaptive concurrency, time-based retries, failed blocks queued again)."""
     quota = 5
     faults = Faults.api_only(ebs_account_puts_per_second=quota, ebs_snapshot_puts_per_second=quota)
-    blocks = {i: _block(i) for i in range(0, 240, 2)}
+    blocks = {i: _block(i) for i in range(0, 120, 2)}  # 60 a run: 24 s of quota at least
     with Emulator(tmp_path / "emu", faults) as emu:
         runs: dict[int, subprocess.CompletedProcess[str]] = {}
 

@@ -43,7 +43,9 @@ def recorded_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         # KMS keys (whose key policies KMS calls are judged with) are gone; every encrypted run
         # is judged while its keys exist (iam_denials in each report, required by holds())
         report = scenario_module.run(
-            scenario_module.Options(cdk_out=cdk_out, out_dir=out, picture=False, encrypted=False)
+            scenario_module.Options(
+                cdk_out=cdk_out, out_dir=out, picture=False, encrypted=False, diskless=True
+            )
         )
     finally:
         mp.undo()

@@ -93,10 +93,11 @@ def test_image_deprecation_like_ec2(emulator: Emulator) -> None:
 @pytest.fixture
 def ami_context(cdk_out: Path, tmp_path: Path) -> Iterator[Context]:
     """The stack deployed into a fresh emulator with a registered source AMI (two volumes)."""
-    opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out", picture=False, input="ami")
+    opts = Options(cdk_out=cdk_out, out_dir=tmp_path / "out", picture=False, input="ami",
+                   diskless=True)  # sharing is the control plane's: no disks  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="twin-sharing-"))
     try:
-        with Emulator(work / "emulator", Faults()) as emu:
+        with Emulator(work / "emulator", Faults(), diskless=True) as emu:
             yield setup(emu, opts, None, work, tmp_path / "logs")
     finally:
         shutil.rmtree(work, ignore_errors=True)

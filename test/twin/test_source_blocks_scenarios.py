@@ -54,7 +54,7 @@ def test_the_listed_blocks_reach_the_copy(cdk_out: Path, tmp_path: Path) -> None
 
 
 def test_throttled_listing_is_retried(cdk_out: Path, tmp_path: Path) -> None:
-    report = scenario(cdk_out, tmp_path, fault=f"throttle@{LIST_STATE}")
+    report = scenario(cdk_out, tmp_path, fault=f"throttle@{LIST_STATE}", diskless=True)
     assert report["fault_applied"]["applied"] is True, report["fault_applied"]
     assert report["throttled_requests"] == {LIST_STATE: 8}
     _held_as_listed(report)
@@ -74,7 +74,7 @@ def test_an_abort_after_listing_leaves_no_object(
         return deployment
 
     monkeypatch.setattr(context_module, "deploy", deploy)
-    report = scenario(cdk_out, tmp_path, fault="abort@Attach volumes")
+    report = scenario(cdk_out, tmp_path, fault="abort@Attach volumes", diskless=True)
     assert report["execution_status"] == "ABORTED"
     assert report["cleanup"] == "SUCCEEDED", report["cleanup_runs"]
     s3 = [(c["action"], c["params"]) for c in load_calls(kept) if c["service"] == "s3"]

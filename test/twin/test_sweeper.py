@@ -28,9 +28,9 @@ SWEEP_HANDLER = "compactor.handlers.sweep.handler"
 
 def test_resources_of_an_aborted_execution_are_swept(cdk_out: Path, tmp_path: Path) -> None:
     opts = Options(fault="abort@Attach volumes", cdk_out=cdk_out, out_dir=tmp_path / "out",
-                   picture=False)  # fmt: skip
+                   picture=False, diskless=True)  # fmt: skip
     fault = parse(opts.fault)
-    with Emulator(tmp_path / "emu", Faults.of(fault)) as emu:
+    with Emulator(tmp_path / "emu", Faults.of(fault), diskless=True) as emu:
         ctx = setup(emu, opts, fault, tmp_path / "work", tmp_path / "logs")
         result = start_api(ctx)  # and no cleanup path
         assert result.status == "ABORTED", (result.error, result.cause)

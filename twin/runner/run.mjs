@@ -4,7 +4,8 @@
 //
 // usage: node twin/runner/run.mjs JOB.json RESULT.json
 // JOB: {definition, input, context, functions: {<arn>: {name, handler, env, codeDir}},
-//       python, worker (lambda_spawn.py), zygote (its socket), logDir, waitMs, msPerAwsSecond, retryMs, throttledCallsPerFunction,
+//       python, worker (lambda_spawn.py), zygote (its socket), logDir, waitMs, msPerAwsSecond,
+//       msPerAwsSecondOfWork, retryMs, throttledCallsPerFunction,
 //       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint,
 //       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
 //       stopFile (optional: the run aborts when this file appears: the twin's StopExecution),
@@ -294,7 +295,9 @@ function taskHandler(stateName, arn, unwrapPayload) {
 // Time in the twin: a Wait of N seconds in AWS lasts N x msPerAwsSecond ms here (at least waitMs),
 // so poll loops keep their proportions: a bound the plan sized for AWS seconds still covers a copy
 // that takes real seconds on this machine. A Wait whose seconds come from the state (SecondsPath)
-// reads them from the task results the run has seen so far, kept by their ResultPath.
+// reads them from the task results the run has seen so far, kept by their ResultPath; that one
+// (the compaction poll) bounds real work on this machine and lasts msPerAwsSecondOfWork ms a
+// second (twin/execution.py MS_PER_AWS_SECOND_OF_WORK).
 const taskResults = {};
 
 function rememberResult(stateName, result) {
@@ -314,9 +317,11 @@ function secondsAt(path) {
 }
 
 function waitMs(state) {
-  const seconds = typeof state.Seconds === 'number' ? state.Seconds : secondsAt(state.SecondsPath);
+  const fixed = typeof state.Seconds === 'number';
+  const seconds = fixed ? state.Seconds : secondsAt(state.SecondsPath);
   if (seconds === undefined) return job.waitMs;
-  return Math.max(job.waitMs, Math.round(seconds * (job.msPerAwsSecond ?? 0)));
+  const scale = fixed ? job.msPerAwsSecond : (job.msPerAwsSecondOfWork ?? job.msPerAwsSecond);
+  return Math.max(job.waitMs, Math.round(seconds * (scale ?? 0)));
 }
 
 /** Every state of a definition, including those inside Map and Parallel states. */
