@@ -209,10 +209,10 @@ def test_the_snapshot_holds_exactly_the_blocks_a_volume_copy_writes(
     if listed and replayed and int(replayed.group(1)):
         # The job replayed the journal and put the blocks it wrote outside the list too
         # (test_replay_writes.py); the copy after it had nothing to replay: list only.
-        assert set(expected) < set(snap.blocks)
-        assert len(set(snap.blocks) - set(expected)) == int(replayed.group(1))
+        assert set(expected) < set(snap.blocks), run.stderr
+        assert len(set(snap.blocks) - set(expected)) == int(replayed.group(1)), run.stderr
     else:
-        assert sorted(snap.blocks) == sorted(expected)
+        assert sorted(snap.blocks) == sorted(expected), run.stderr
     for index, data in expected.items():
         assert snap.blocks[index] == data, f"block {index} differs from the volume copy"
     # every block of the set put once (no faults: no retries), the all-zero ones counted
