@@ -8,7 +8,7 @@ of their CPU there, and on a busy machine the wall time of each start grew to te
 This process imports those libraries and loads those models once, then forks a worker per
 request: the fork shares all of it, copy-on-write. Nothing of a function is imported here (its
 code and environment are the request's), and the workers' botocore sessions share the one data
-loader made here (botocore.session.create_loader), so no model is parsed twice.
+loader made here (shared_loader.py), so no model is parsed twice.
 
 Protocol: lambda_spawn.py (what run.mjs starts in place of a worker) connects to the Unix socket,
 sends its stdin, stdout and stderr (SCM_RIGHTS) with a JSON line {"argv", "env", "cwd"}; the
@@ -38,17 +38,13 @@ def _warm() -> None:
     import aws_lambda_powertools
     import aws_lambda_powertools.logging
     import aws_lambda_powertools.metrics
+    import aws_lambda_powertools.tracing
     import aws_lambda_powertools.utilities.typing  # noqa: F401
+    import aws_xray_sdk.core  # noqa: F401 - every Tracer() imports it, even with tracing off
     import boto3
-    import botocore.loaders
-    import botocore.session
+    from shared_loader import share_one_loader
 
-    loader = botocore.loaders.create_loader()
-
-    def shared(search_path_string: str | None = None) -> Any:
-        return botocore.loaders.create_loader(search_path_string) if search_path_string else loader
-
-    botocore.session.create_loader = shared  # type: ignore[assignment]
+    share_one_loader()
     session = boto3.session.Session(
         region_name="us-east-1", aws_access_key_id="warm", aws_secret_access_key="warm"
     )
