@@ -55,10 +55,11 @@ def attach(
 
 
 def serves(device: str, backing: str | os.PathLike[str], offset: int = 0) -> bool:
-    """Whether `device` is (still) the loop device over `backing` at `offset`."""
+    """Whether `device` is (still) the loop device over `backing` at `offset` (a backing file
+    deleted meanwhile still counts: the device holds it, and it must still be detached)."""
     sysdir = Path("/sys/block") / Path(device).name / "loop"
     try:
-        attached = (sysdir / "backing_file").read_text().strip()
+        attached = (sysdir / "backing_file").read_text().strip().removesuffix(" (deleted)")
         at = int((sysdir / "offset").read_text().strip())
     except (OSError, ValueError):
         return False

@@ -30,6 +30,18 @@ def test_loop_device_serves_its_slice_and_is_gone_after(tmp_path: Path) -> None:
     assert not serves(device, backing, 4096)
 
 
+@needs_root
+def test_a_device_whose_backing_file_was_deleted_is_still_detached(tmp_path: Path) -> None:
+    """A deleted backing file reads "(deleted)" in sysfs; the device still holds it and is
+    still ours: a detach that took it for someone else's left it attached (CI saw two)."""
+    image = tmp_path / "disk.img"
+    image.write_bytes(bytes(1 << 20))
+    with loop_device(image) as device:
+        image.unlink()
+        assert serves(device, image)
+    assert not any(str(image) in backing for backing in kernel_loops().values())
+
+
 @pytest.mark.parametrize("wait", [True, False])
 @needs_root
 def test_loop_devices_release_stacked_devices_and_detach_their_own(
