@@ -9,26 +9,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import botocore.loaders
-import botocore.session
 import pytest
 from compactor import aws, contract
 from moto import mock_aws
 from support import FakeLambdaContext, checked_handler, respond
 
+from twin.runner.shared_loader import share_one_loader
+
 # One botocore data loader for every session the tests make. Each test's mock_aws gets fresh
 # clients (aws.reset_clients), and each new session would parse the service models again (EC2's
 # is megabytes of JSON): a third of this suite's time, measured with cProfile on test_teardown.
-_SHARED_LOADER = botocore.loaders.create_loader()
-
-
-def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
-    if search_path_string:  # AWS_DATA_PATH given: a loader of its own, as botocore would
-        return botocore.loaders.create_loader(search_path_string)
-    return _SHARED_LOADER
-
-
-botocore.session.create_loader = _shared_loader  # type: ignore[assignment]
+share_one_loader()
 
 REGION = "us-east-1"
 STACK = "compactor-test"

@@ -6,8 +6,8 @@ for every new session. moto makes sessions as it builds its backends (again afte
 and the twin's own set-up and checks make a client, so a session, per call site: the same files
 were parsed many times per execution. With one loader each is parsed once per process.
 
-Used by the Lambda zygote (twin/runner/lambda_zygote.py, which forks its workers with it) and by
-the emulator's process (twin/emulator/__init__.py)."""
+Used by the Lambda zygote (twin/runner/lambda_zygote.py, which forks its workers with it), by
+the emulator's process (twin/emulator/__init__.py) and by the Lambdas' tests (test/lambdas)."""
 
 from __future__ import annotations
 
