@@ -41,6 +41,7 @@ from devkit.disks.checks import (
     written_chunks,
 )
 from devkit.disks.dirt import (
+    checkpoint_one_bitmap,
     crash_after_writes,
     fill_dirty,
     scribble_free_space,
@@ -118,6 +119,7 @@ __all__ = [
     "build_random_partition",
     "build_stale_inode_tables",
     "build_xfs_fresh",
+    "checkpoint_one_bitmap",
     "crash_after_writes",
     "create_sparse",
     "data_chunks",

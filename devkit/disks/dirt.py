@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 from pathlib import Path
 
 from devkit.chunks import copy_image
@@ -95,6 +96,33 @@ def snapshot_while_mounted(
     written = _write_late_files(mnt, seed, files, file_size)
     copy_image(live, dest)
     return written
+
+
+def checkpoint_one_bitmap(path: Path) -> int:
+    """Write home one block bitmap that a crashed ext4 image's journal logs, and nothing else.
+
+    That is what a snapshot taken while jbd2 checkpoints captures: the bitmap at home is new,
+    its group descriptor (which holds the bitmap's checksum) is still old, so tools that read
+    the bitmaps refuse the filesystem until the journal is replayed. A whole-disk ext4 image
+    only. Returns the bitmap's block number."""
+    device = str(path)
+    header = run("debugfs", "-c", "-R", "stats", device)  # -c: do not read the bitmaps
+    bitmaps = {int(b) for b in re.findall(r"block bitmap at (\d+)", header)}
+    size = int(re.findall(r"^Block size:\s*(\d+)$", header, re.M)[0])
+    logdump = run("debugfs", "-c", "-R", "logdump -a", device)
+    logged = dict(
+        (int(home), int(at))
+        for home, at in re.findall(r"FS block (\d+) logged at journal block (\d+)", logdump)
+    )
+    block = min(bitmaps & set(logged))
+    where = run("debugfs", "-c", "-R", f"bmap <8> {logged[block]}", device).strip()
+    with open(path, "r+b") as f:
+        f.seek(int(where) * size)
+        copy = f.read(size)
+        f.seek(block * size)
+        f.write(copy)
+        os.fsync(f.fileno())
+    return block
 
 
 def write_random_bytes(path: Path, offset: int, size: int, seed: int) -> None:
