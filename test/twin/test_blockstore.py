@@ -1,6 +1,7 @@
 from pathlib import Path
 
-from twin.emulator.blockstore import EBS_BLOCK, fingerprint, sparse_copy, written_chunks
+from devkit.chunks import copy_image
+from twin.emulator.blockstore import EBS_BLOCK, fingerprint, written_chunks
 
 
 def _image(path: Path) -> Path:
@@ -17,10 +18,10 @@ def test_written_chunks_counts_allocated_blocks_including_written_zeros(tmp_path
     assert written_chunks(_image(tmp_path / "a")) == {3, 10}
 
 
-def test_sparse_copy_keeps_allocation_and_bytes(tmp_path: Path) -> None:
+def test_copy_image_keeps_allocation_and_bytes(tmp_path: Path) -> None:
     src = _image(tmp_path / "a")
     dst = tmp_path / "b"
-    sparse_copy(src, dst)
+    copy_image(src, dst)
     assert written_chunks(dst) == {3, 10}
     assert dst.read_bytes() == src.read_bytes()
     assert fingerprint(dst) == fingerprint(src)

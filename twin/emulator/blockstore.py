@@ -34,19 +34,6 @@ def _extent_pieces(f: BinaryIO, start: int, length: int) -> Iterator[bytes]:
         remaining -= len(piece)
 
 
-def sparse_copy(source: Path, target: Path) -> None:
-    """Copy a file so that the target has data exactly where the source has (no more, no less)."""
-    size = source.stat().st_size
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        dst.truncate(size)
-        for start, length in data_extents(source):
-            dst.seek(start)
-            for piece in _extent_pieces(src, start, length):
-                dst.write(piece)
-        dst.flush()
-        os.fsync(dst.fileno())
-
-
 def holds_block(path: Path, index: int) -> bool:
     """Whether a snapshot's file holds the 512 KiB block at this index (any data in it)."""
     start = index * EBS_BLOCK

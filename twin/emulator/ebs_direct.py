@@ -7,7 +7,7 @@ moto has an `ebs` backend of its own, but it only knows snapshots made through t
 
 Which blocks are listed: a 512 KiB block is listed when any byte of it is data in the snapshot's
 file per SEEK_DATA/SEEK_HOLE (devkit/chunks.written_chunks), not when it holds non-zero bytes. The
-twin writes a snapshot file by copying the volume's allocated extents (blockstore.sparse_copy), so
+twin writes a snapshot file by copying the volume's allocated extents (devkit.chunks.copy_image), so
 the allocation map is what was written, and a block written with zeros is still listed, as EBS
 lists the blocks that were written ("it only returns block indexes and tokens that have data
 written to them", EBS direct APIs FAQ).

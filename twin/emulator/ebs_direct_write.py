@@ -93,11 +93,12 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.elastic_block_store import Snapshot, Volume
 from moto.ec2.utils import random_snapshot_id
 
+from devkit.chunks import copy_image
 from devkit.disks.layout import create_sparse
 
 from . import consistency, ebs_direct
 from . import state as st
-from .blockstore import EBS_BLOCK, holds_block, sparse_copy, written_chunks
+from .blockstore import EBS_BLOCK, holds_block, written_chunks
 from .direct_snapshots import DirectSnapshot
 from .ebs_direct import EbsError
 from .ebs_direct import validation as _validation
@@ -426,7 +427,7 @@ def _new_snapshot(
     snapshot.twin_progress = "0%"
     path = emu.workdir / "snapshots" / f"{snapshot.id}.img"
     if parent_id and parent is not None:
-        sparse_copy(emu.snapshot_files[parent_id], path)
+        copy_image(emu.snapshot_files[parent_id], path)
         with open(path, "r+b") as f:
             f.truncate(size * st.GIB)
     else:

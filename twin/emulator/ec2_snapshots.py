@@ -11,9 +11,11 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend, Snapshot
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
+from devkit.chunks import copy_image
+
 from . import ebs_direct_write, encryption, patching
 from . import state as st
-from .blockstore import EBS_BLOCK, sparse_copy, written_chunks
+from .blockstore import EBS_BLOCK, written_chunks
 
 _orig: dict[str, Any] = {}
 
@@ -36,7 +38,7 @@ def _create_snapshot(self: EBSBackend, volume_id: str, description: str, *a: Any
         volume_file = emu.volume_files[volume_id]
         blocks = encryption.snapshot_blocks(volume_file, emu.volume_origins.get(volume_id))
         if blocks is None:
-            sparse_copy(volume_file, path)
+            copy_image(volume_file, path)
         else:
             encryption.copy_blocks(volume_file, blocks, path)
         volume = self.get_volume(volume_id)

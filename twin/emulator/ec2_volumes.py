@@ -13,11 +13,11 @@ from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models.elastic_block_store import EBSBackend, Volume
 from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
+from devkit.chunks import copy_image
 from devkit.disks.layout import create_sparse
 
 from . import encryption, patching
 from . import state as st
-from .blockstore import sparse_copy
 
 _orig: dict[str, Any] = {}
 
@@ -35,7 +35,7 @@ def _create_volume(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
         key = encryption.volume_kms_key(self, volume)
         origin = None
         if source is not None:
-            sparse_copy(source, path)
+            copy_image(source, path)
             if path.stat().st_size < size:
                 # A volume larger than its snapshot: the extra space is held by no snapshot.
                 with open(path, "r+b") as f:

@@ -18,10 +18,12 @@ from typing import Any
 from moto.ec2.models import ec2_backends
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
+from devkit.chunks import copy_image
+
 from ..iam import recorder as iam_recorder
 from . import amis_twin, boot, consistency, ec2_twin, instance_metadata, map_runs, ssm_twin
 from . import state as st
-from .blockstore import fingerprint, sparse_copy, written_chunks
+from .blockstore import fingerprint, written_chunks
 from .faults import Faults
 from .moto_server import TwinServer, publish_parameter, reset_moto
 
@@ -193,7 +195,7 @@ class Emulator:
         finally:
             st.ACTIVE = self.state
         path = self.workdir / "snapshots" / f"{snapshot.id}.img"
-        sparse_copy(image, path)
+        copy_image(image, path)
         snapshot.status = state
         snapshot.twin_progress = "100%" if state == "completed" else "42%"
         snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * 512 * 1024
