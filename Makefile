@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: setup test check lint lint-docs docs demo bench clean
+# apt, npm and pip share nothing: run_lanes makes them side by side (-j3), each one's output whole.
 setup: $(STAMPS)/apt $(STAMPS)/npm $(STAMPS)/venv
 
 $(STAMPS)/apt: scripts/apt-packages.txt scripts/install-apt.sh
@@ -72,7 +73,7 @@ check:
 define run_lanes
 	@rm -rf $(REPORTS) && mkdir -p $(REPORTS); rc=0; \
 	echo "==> make setup"; start=$$(date +%s); \
-	$(MAKE) --no-print-directory setup || rc=$$?; \
+	$(MAKE) --no-print-directory -j3 -Otarget setup || rc=$$?; \
 	printf 'setup\t%s\t%s\n' "$$rc" "$$(( $$(date +%s) - start ))" >> $(REPORTS)/times.tsv; \
 	if [ "$$rc" -eq 0 ]; then $(PY) -m devkit.run_targets --vars "$(2)" $(1) || rc=$$?; fi; \
 	printf 'wall\t%s\t%s\n' "$$rc" "$$(( $$(date +%s) - start ))" >> $(REPORTS)/times.tsv; \

@@ -1,7 +1,9 @@
-# The boot proof of issue #12 (test/boot): a real Debian disk (devkit/debian) copied by sparsecopy
-# boots BIOS and UEFI in QEMU (TCG, devkit/qemu_boot.py). Part of `make test`: needs root, the Debian
-# mirror apt uses once (the cache lives in out/cache/debian-bookworm/; `make clean` or
-# `python -m devkit.debian --refresh` rebuilds it) and about 2 min warm, 4 min cold.
+# The boot proof's negatives (test/boot, issue #12): a real Debian disk (devkit/debian) with its
+# BIOS-boot partition or ESP punched out does not boot in QEMU (TCG, devkit/qemu_boot.py). The
+# positive proof, the workflow's new AMI of that disk booting BIOS and UEFI, is the twin's
+# (test/twin/test_debian_boot.py). Part of `make test`: needs root, the Debian mirror apt uses once
+# (the cache lives in out/cache/debian-bookworm/; `make clean` or `python -m devkit.debian
+# --refresh` rebuilds it) and about 1 min warm.
 # devkit/debian and devkit/qemu_boot.py are linted with the rest of devkit/ (lint-devkit).
 .PHONY: lint-boot test-boot
 lint-boot: setup

@@ -36,9 +36,10 @@ twin-synth: setup
 	  || { cat $(dir $(TWIN_CDK_OUT))synth.log; echo "twin: cdk synth failed (log above)"; exit 1; }
 
 # End-to-end and fault scenarios on loop devices: needs root (as in CI). Each test has its own
-# emulator, files and loop devices, and a scenario mostly waits on emulated AWS time, so three
-# workers share the two cores (the longest tests start first: test/twin/conftest.py).
-TWIN_XDIST ?= -n 3 --dist worksteal
+# emulator, files and loop devices, and a scenario mostly waits on emulated AWS time, so four
+# workers share the two cores (with three, the last minutes of `make test`, when the twin's lane
+# runs alone, kept the machine 45-75 % busy). The longest tests start first: test/twin/conftest.py.
+TWIN_XDIST ?= -n 4 --dist worksteal
 test-twin: twin-synth
 	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PYTEST) $(TWIN_XDIST) test/twin
 
