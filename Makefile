@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: setup test check lint lint-docs docs demo bench clean
-# apt, npm and pip share nothing: run_lanes makes them side by side (-j3), each one's output whole.
+# apt, npm and pip share nothing: run_lanes makes them side by side (-j4), each one's output whole;
+# `make test` makes checkov's venv there too, while the set-up waits on the network.
 setup: $(STAMPS)/apt $(STAMPS)/npm $(STAMPS)/venv
 
 $(STAMPS)/apt: scripts/apt-packages.txt scripts/install-apt.sh
@@ -66,14 +67,14 @@ TEST_LANES := "lint test-lambdas test-cdk test-devkit test-bench test-client" \
   "test-dataplane test-boot" "test-twin"
 CHECK_LANES := "lint test-devkit test-dataplane test-bench test-client" "test-lambdas test-cdk"
 test:
-	$(call run_lanes,$(TEST_LANES),,test)
+	$(call run_lanes,$(TEST_LANES),,test,$(STAMPS)/checkov)
 check:
 	$(call run_lanes,$(CHECK_LANES),TIER=unit,check)
 
 define run_lanes
 	@rm -rf $(REPORTS) && mkdir -p $(REPORTS); rc=0; \
 	echo "==> make setup"; start=$$(date +%s); \
-	$(MAKE) --no-print-directory -j3 -Otarget setup || rc=$$?; \
+	$(MAKE) --no-print-directory -j4 -Otarget setup $(4) || rc=$$?; \
 	printf 'setup\t%s\t%s\n' "$$rc" "$$(( $$(date +%s) - start ))" >> $(REPORTS)/times.tsv; \
 	if [ "$$rc" -eq 0 ]; then $(PY) -m devkit.run_targets --vars "$(2)" $(1) || rc=$$?; fi; \
 	printf 'wall\t%s\t%s\n' "$$rc" "$$(( $$(date +%s) - start ))" >> $(REPORTS)/times.tsv; \
