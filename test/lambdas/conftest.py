@@ -14,12 +14,15 @@ from compactor import aws, contract
 from moto import mock_aws
 from support import FakeLambdaContext, checked_handler, respond
 
+from twin.runner.moto_kms import share_one_symmetric_private_key
 from twin.runner.shared_loader import share_one_loader
 
 # One botocore data loader for every session the tests make. Each test's mock_aws gets fresh
 # clients (aws.reset_clients), and each new session would parse the service models again (EC2's
 # is megabytes of JSON): a third of this suite's time, measured with cProfile on test_teardown.
 share_one_loader()
+# moto's KMS: one RSA key for every symmetric key (twin/runner/moto_kms.py says why)
+share_one_symmetric_private_key()
 
 REGION = "us-east-1"
 STACK = "compactor-test"
