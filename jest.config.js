@@ -5,4 +5,7 @@ module.exports = {
   testMatch: ['**/*.test.ts'],
   transform: { '^.+\\.ts$': 'ts-jest' },
   testTimeout: 120000,
+  // one template server per run: each context is synthesized once, not in every file (test/cdk/template-cache.ts)
+  globalSetup: '<rootDir>/test/cdk/global-setup.ts',
+  globalTeardown: '<rootDir>/test/cdk/global-teardown.ts',
 };

@@ -16,9 +16,10 @@ lint-cdk: setup
 # jest never updates snapshots here (--ci); `npm run test:update-snapshots` is the only way to.
 # The synth runs the cdk-nag checks: an unacknowledged finding fails it. cfn-lint fails on errors;
 # W3005 (a DependsOn next to a GetAtt on the same role) is how CDK orders role policies, not a defect.
-# TIER=unit (make check): jest only. jest's default is cores - 1 workers, one on this 2-core
-# machine; each test file synthesizes stacks (CPU-bound), so one worker per core.
-JEST_WORKERS ?= --maxWorkers=$(shell nproc)
+# TIER=unit (make check): jest only. In band: the stack is synthesized once per context and run, by
+# the template server beside jest (test/cdk/template-cache.ts); what is left costs less CPU in one
+# process (aws-cdk-lib compiled once) than in one worker per core, and the other lanes need the cores.
+JEST_WORKERS ?= --runInBand
 test-cdk: setup
 	@mkdir -p $(REPORTS)
 	npx jest --ci $(JEST_WORKERS) --json --outputFile=$(REPORTS)/$@.jest.json

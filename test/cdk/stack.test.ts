@@ -12,6 +12,7 @@ import {
   writeLambdaAsset,
 } from '../../lib/task-functions';
 import { programArchive, programSha256 } from '../../lib/command-document';
+import { freshTemplate } from './stack-synth';
 import { expectDeliveredOutputDenies, synthTemplate } from './support';
 
 const STACK_TAG = 'ebs-snapshot-compactor:stack';
@@ -80,6 +81,9 @@ function attachedPolicyStatements(template: Template, roleIdStart: string): Stat
 
 describe('default stack', () => {
   const template = synthTemplate();
+  // synthesized again, in this process: the template above is the template server's (template-cache.ts)
+  let fresh: Template | undefined;
+  const synthAgain = (): Template => (fresh ??= freshTemplate());
   const taskStatements = roleStatements(template, 'ebs-snapshot-compactor task Lambdas');
 
   test('one Python 3.13 function per task, handler compactor.handlers.<module>.handler, traced', () => {
@@ -186,7 +190,7 @@ describe('default stack', () => {
       expect(keys.size).toBe(1);
       return [...keys][0];
     };
-    expect(assetOf(synthTemplate())).toBe(assetOf(template));
+    expect(assetOf(synthAgain())).toBe(assetOf(template));
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lambda-asset-'));
     try {
       writeLambdaAsset(dir);
@@ -200,6 +204,10 @@ describe('default stack', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  test('a synth gives the same template every time: the one shared by the test files is the one synthesized here', () => {
+    expect(synthAgain().toJSON()).toEqual(template.toJSON());
   });
 
   test('the Powertools layer comes from the public SSM parameter, resolved at deploy', () => {

@@ -1,14 +1,17 @@
-import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
-import { CompactorStack } from '../../lib/compactor-stack';
-import { readSettings } from '../../lib/settings';
-import { withCdkJsonContext } from './cdk-json';
+import { servedTemplateJson } from './template-cache';
 
-/** A synthesized stack with cdk.json's context (feature flags) plus the given keys, as the CLI would build it. */
+/**
+ * The stack's template with cdk.json's context (feature flags) plus the given keys, as the CLI would build it:
+ * synthesized once per jest run for each context (template-cache.ts), so tests may ask again freely.
+ */
 export function synthTemplate(context: Record<string, unknown> = {}): Template {
-  const app = new App({ context: withCdkJsonContext(context) });
-  const stack = new CompactorStack(app, 'Test', { settings: readSettings(app.node) });
-  return Template.fromStack(stack);
+  const served = servedTemplateJson(context);
+  if (served) return Template.fromJSON(served);
+  // Loaded only here: a file whose templates are all served never loads the stack's modules.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { freshTemplate } = require('./stack-synth') as typeof import('./stack-synth');
+  return freshTemplate(context);
 }
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

@@ -137,6 +137,19 @@ function happyHandlers(plan: Json = PLAN): Record<string, Handler> {
   };
 }
 
+/**
+ * One machine per definition: constructing one validates the definition (asl-validator compiles its JSON
+ * schema anew, about a quarter of a CPU-second), and a machine runs any number of executions.
+ */
+const machines = new Map<string, { run: (input: Json, options: object) => { result: Promise<Json> } }>();
+function machineOf(definition: AslDefinition) {
+  const key = JSON.stringify(definition);
+  if (!machines.has(key)) {
+    machines.set(key, new StateMachine(definition, { validationOptions: { checkArn: false } }));
+  }
+  return machines.get(key)!;
+}
+
 async function run(
   template: Template,
   input: Json,
@@ -161,8 +174,7 @@ async function run(
       return handlers[module]!(payload, perModule[module]);
     };
   }
-  const machine = new StateMachine(definition, { validationOptions: { checkArn: false } });
-  const execution = machine.run(input, {
+  const execution = machineOf(definition).run(input, {
     overrides: {
       taskResourceLocalHandlers: local,
       waitTimeOverrides: waits,

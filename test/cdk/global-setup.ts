@@ -1,0 +1,5 @@
+import { startTemplateServer } from './template-cache';
+
+export default function globalSetup(): void {
+  startTemplateServer();
+}

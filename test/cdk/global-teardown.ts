@@ -1,0 +1,5 @@
+import { stopTemplateServer } from './template-cache';
+
+export default function globalTeardown(): void {
+  stopTemplateServer();
+}
