@@ -5,10 +5,14 @@ and e.g. the cleanup workflow), their Task states, and which one is the main wor
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,10 +208,27 @@ def execute(
             for arn, m in (machines or {}).items()
         },
         "emulatorEnv": emu.client_env(),  # ResultWriter's PutObject (as the state machine's role)
+        "validatedDir": str(validated_dir()),
     }
     raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
                       timeout_seconds)  # fmt: skip
     return _result(raw, name, execution_input, execution_arn, machine)
+
+
+_validated_lock = threading.Lock()
+_validated: list[Path] = []
+
+
+def validated_dir() -> Path:
+    """Where this process's runners mark each definition they validated, so that the next run of
+    it skips the validator's schema compilation (run.mjs validatedMachine()); made on first use,
+    removed when the process ends."""
+    with _validated_lock:
+        if not _validated:
+            path = Path(tempfile.mkdtemp(prefix="twin-validated-"))
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+            _validated.append(path)
+        return _validated[0]
 
 
 def _result(

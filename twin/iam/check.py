@@ -15,14 +15,17 @@ deny there (enforce-SSL, say) denies the call.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
+import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..cfn import Deployment, Resolver, load_template, resources_of
 from . import resolve
@@ -277,16 +280,73 @@ def _simulate(policies: Policies, requests: list[dict[str, Any]]) -> list[dict[s
         key = json.dumps({k: v for k, v in request.items() if k != "id"}, sort_keys=True)
         same_as[request["id"]] = first.setdefault(key, request["id"])
     distinct = [r for r in requests if same_as[r["id"]] == r["id"]]
-    with tempfile.TemporaryDirectory(prefix="twin-iam-") as tmp:
-        job, result = Path(tmp) / "job.json", Path(tmp) / "result.json"
-        job.write_text(json.dumps({"policies": policies, "requests": distinct}))
-        done = subprocess.run(
-            ["node", str(CHECKER), str(job), str(result)], cwd=REPO, capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"twin/iam/check.mjs failed:\n{done.stderr}")
-        decided = {d["id"]: d for d in json.loads(result.read_text())}
+    decided = {d["id"]: d for d in _CHECKER.decide({"policies": policies, "requests": distinct})}
     return [{**decided[same_as[r["id"]]], "id": r["id"]} for r in requests]
+
+
+class _Checker:
+    """The one check.mjs of this process: started on first use, kept for the next runs (its
+    start-up costs more CPU than a run's simulations), ended with the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._owner = 0  # the pid that started it: a forked child starts its own
+        self._stderr: IO[bytes] | None = None
+
+    def decide(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._lock:
+            proc = self._running()
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.flush()
+                answer = proc.stdout.readline()
+            except BrokenPipeError:
+                answer = ""
+            if not answer:
+                self._proc = None
+                raise RuntimeError(f"twin/iam/check.mjs failed:\n{self._stderr_tail(proc)}")
+            decisions: list[dict[str, Any]] = json.loads(answer)
+            return decisions
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
+            return self._proc
+        if self._stderr is not None:
+            self._stderr.close()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the checker
+        self._proc = subprocess.Popen(
+            ["node", str(CHECKER)], cwd=REPO, text=True, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr,
+        )  # fmt: skip
+        self._owner = os.getpid()
+        return self._proc
+
+    def _stderr_tail(self, proc: subprocess.Popen[str]) -> str:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return f"(exit {proc.returncode}) " + self._stderr.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or self._owner != os.getpid():
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()  # its end of input ends it
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+_CHECKER = _Checker()
+atexit.register(_CHECKER.stop)
 
 
 def _ctx_args(c: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,8 @@
 //       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
 //       stopFile (optional: the run aborts when this file appears: the twin's StopExecution),
 //       stateMachines (optional: {<arn>: {arn, name, definition}} that StartExecution tasks start),
-//       emulatorEnv (optional: boto3 environment for ResultWriter's PutObject) or resultWriterDir}
+//       emulatorEnv (optional: boto3 environment for ResultWriter's PutObject) or resultWriterDir,
+//       validatedDir (optional: markers of the definitions validated already, validatedMachine())}
 //       (a single `fault: {kind, state}` is still read as a list of one)
 // RESULT: {status (SUCCEEDED|FAILED|TIMED_OUT|ABORTED), output, error, cause, events, invocations,
 //          workflowReport, faults: [{kind, state, applied: bool, detail}, ...],
@@ -48,7 +49,7 @@ import {
   writeFileSync,
   mkdirSync,
 } from 'node:fs';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
@@ -132,6 +133,25 @@ class Worker {
   stop() {
     if (!this.exited) this.proc.stdin.end();
   }
+}
+
+/** The state machine of `definition`, validated by asl-validator (as the library does) unless a
+ * runner of this twin process validated the same definition with the same options already.
+ * Validating compiles the validator's JSON schema, about 0.9 CPU-seconds: half of a runner's CPU,
+ * and a twin process runs the same few definitions again and again. Each one that passes leaves
+ * a marker named by its hash in job.validatedDir (twin/execution.py); one that fails leaves none,
+ * so each of its runs fails alike. Without validatedDir (the runner's unit tests) always. */
+function validatedMachine(definition, validationOptions) {
+  const key = createHash('sha256')
+    .update(JSON.stringify({ definition, validationOptions }))
+    .digest('hex');
+  const marker = job.validatedDir ? path.join(job.validatedDir, key) : null;
+  const known = marker !== null && existsSync(marker);
+  const machine = new StateMachine(definition, {
+    validationOptions: known ? { noValidate: true } : validationOptions,
+  });
+  if (marker !== null && !known) writeFileSync(marker, '');
+  return machine;
 }
 
 const workers = new Map();
@@ -391,9 +411,7 @@ const context = {
   },
 };
 
-const machine = new StateMachine(withDistributedMapsAsTasks(job.definition), {
-  validationOptions: { checkArn: false },
-});
+const machine = validatedMachine(withDistributedMapsAsTasks(job.definition), { checkArn: false });
 execution = machine.run(job.input, { overrides, context });
 
 // StopExecution of the twin's Step Functions API (job.stopFile, optional): the file's appearance
