@@ -4,6 +4,7 @@ and ended with the process: every runner this process starts forks its function 
 from __future__ import annotations
 
 import atexit
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,8 +50,7 @@ def _stop() -> None:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        path.unlink(missing_ok=True)
-        path.parent.rmdir()
+        shutil.rmtree(path.parent, ignore_errors=True)  # the socket and the workers' bytecode
 
 
 atexit.register(_stop)

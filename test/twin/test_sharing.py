@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
@@ -181,7 +182,14 @@ def test_a_public_source_gives_a_private_ami_and_a_note(ami_context: Context) ->
     register = next(
         f for f in ctx.d.functions.values() if f.handler.endswith("register_image.handler")
     )
-    as_register = ctx.emu.boto3_client("ec2")
+    # a client of its own (the emulator's boto3_client is shared): it calls as register_image
+    as_register = boto3.client(
+        "ec2",
+        endpoint_url=ctx.emu.endpoint,
+        region_name=ctx.emu.region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     as_register.meta.events.register(
         "before-sign.ec2.ModifySnapshotAttribute",
         lambda request, **_: request.headers.__setitem__(CALLER_HEADER, register.name),

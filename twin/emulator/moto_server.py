@@ -1,8 +1,14 @@
 """moto itself, as the emulator runs it: its threaded server with the twin's fault injection in
-front, a fresh cloud per emulator, and public SSM parameters moto's API refuses to write."""
+front, a fresh cloud per emulator, public SSM parameters moto's API refuses to write, and its
+lookup of a request's action method remembered."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Any
+
+import moto.core.responses
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -59,3 +65,20 @@ def reset_moto() -> None:
     from moto.moto_api._internal.models import moto_api_backend
 
     moto_api_backend.reset()
+
+
+@functools.cache
+def _method_names(clazz: type, _shape: tuple[int, ...]) -> list[str]:
+    return [name for name, _ in inspect.getmembers(clazz, predicate=inspect.isfunction)]
+
+
+def remember_action_methods() -> None:
+    """moto lists a response class's methods with inspect.getmembers on every request it
+    dispatches (a tenth of the emulator's CPU a run); the list is remembered per class and per
+    number of attributes of each class of its MRO, so a method the twin adds (patching.py) is
+    seen at once."""
+
+    def method_names(clazz: Any) -> list[str]:
+        return _method_names(clazz, tuple(len(vars(c)) for c in clazz.__mro__))
+
+    moto.core.responses.method_names_from_class = method_names  # type: ignore[assignment]

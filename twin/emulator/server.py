@@ -12,6 +12,7 @@ import hashlib
 import logging
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,8 @@ class Emulator:
         # The Lambdas' AWS calls with their IAM contexts (twin/iam); beside workdir, which stop()
         # deletes.
         self.calls_path = workdir.parent / f"{workdir.name}-iam-calls.jsonl"
+        self._clients: dict[str, Any] = {}  # boto3_client()
+        self._clients_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -108,6 +111,7 @@ class Emulator:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
+            self._clients.clear()
             if st.ACTIVE is self.state:
                 st.ACTIVE = None
             reset_moto()
@@ -148,15 +152,23 @@ class Emulator:
         }
 
     def boto3_client(self, service: str) -> Any:
+        """A client of this emulator with the twin's own credentials (set-up and inspection, not
+        a Lambda's calls). One per service while the emulator runs: making a client costs
+        20-30 ms of CPU, and a run's set-up and checks asked for one at each call site. It is
+        shared: a caller that registers event handlers makes a client of its own."""
         import boto3
 
-        return boto3.client(  # type: ignore[call-overload]
-            service,
-            endpoint_url=self.endpoint,
-            region_name=self.region,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        with self._clients_lock:
+            client = self._clients.get(service)
+            if client is None:
+                client = self._clients[service] = boto3.client(  # type: ignore[call-overload]
+                    service,
+                    endpoint_url=self.endpoint,
+                    region_name=self.region,
+                    aws_access_key_id="testing",
+                    aws_secret_access_key="testing",
+                )
+            return client
 
     # --- registry: disk images as snapshots and AMIs ------------------------------------------
 

@@ -8,7 +8,11 @@ of their CPU there, and on a busy machine the wall time of each start grew to te
 This process imports those libraries and loads those models once, then forks a worker per
 request: the fork shares all of it, copy-on-write. Nothing of a function is imported here (its
 code and environment are the request's), and the workers' botocore sessions share the one data
-loader made here (shared_loader.py), so no model is parsed twice.
+loader made here (shared_loader.py), so no model is parsed twice. The workers' bytecode goes to
+this zygote's own directory (PYCACHE beside its socket): a function's modules are compiled by the
+first worker that imports them, not by every one (with PYTHONDONTWRITEBYTECODE, as the twin's
+environment may set, each worker compiled them all again: about 0.03 CPU-seconds a worker), and
+nothing is written into the function's code directory.
 
 Protocol: lambda_spawn.py (what run.mjs starts in place of a worker) connects to the Unix socket,
 sends its stdin, stdout and stderr (SCM_RIGHTS) with a JSON line {"argv", "env", "cwd"}; the
@@ -30,6 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+# the workers' bytecode cache: this directory beside the zygote's socket
+PYCACHE = "pycache"
 # every service a task Lambda makes a client of (lambdas/compactor/aws.py), loaded once here
 SERVICES = ("ec2", "ssm", "kms", "events", "ebs", "s3", "stepfunctions", "sts", "logs")
 
@@ -53,7 +59,7 @@ def _warm() -> None:
     boto3.DEFAULT_SESSION = None  # each worker makes its own, from its own environment
 
 
-def _child(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> None:
+def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], pycache: str) -> None:
     """In the forked process: become the worker the request describes; never returns."""
     code = 1
     try:
@@ -72,6 +78,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> None
             if entry:
                 sys.path.insert(0, entry)
         sys.argv = request["argv"]
+        sys.pycache_prefix, sys.dont_write_bytecode = pycache, False
         sys.path.insert(0, str(Path(__file__).parent))
         import lambda_worker
 
@@ -106,10 +113,10 @@ def serve(path: str) -> None:
                 if not os.read(0, 1 << 16):
                     return
             else:
-                _accept(server)
+                _accept(server, str(Path(path).parent / PYCACHE))
 
 
-def _accept(server: socket.socket) -> None:
+def _accept(server: socket.socket, pycache: str) -> None:
     conn, _ = server.accept()
     with conn:
         data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
@@ -120,7 +127,7 @@ def _accept(server: socket.socket) -> None:
             data += more
         if len(fds) == 3 and os.fork() == 0:
             server.close()
-            _child(conn, fds, json.loads(data))
+            _child(conn, fds, json.loads(data), pycache)
         for fd in fds:
             os.close(fd)
 
