@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-RUNNER = REPO / "twin" / "runner" / "run.mjs"
+from twin_helpers import REPO, run_runner  # type: ignore[import-not-found]
+
 ACCOUNT_REGION = "us-east-1:123456789012"
 PARENT = f"arn:aws:states:{ACCOUNT_REGION}:stateMachine:parent"
 CHILD = f"arn:aws:states:{ACCOUNT_REGION}:stateMachine:child"
@@ -59,27 +59,9 @@ def definition(state: dict[str, Any]) -> dict[str, Any]:
 
 def run(tmp_path: Path, definition: dict[str, Any], execution_input: Any,
         machines: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    job = {
-        "definition": definition,
-        "input": execution_input,
-        "context": {
-            "Execution": {"Id": f"{PARENT.replace('stateMachine', 'execution')}:e1", "Name": "e1"},
-            "StateMachine": {"Id": PARENT, "Name": "parent"},
-        },
-        "functions": {},
-        "python": "python3",
-        "worker": "unused",
-        "logDir": str(tmp_path / "logs"),
-        "waitMs": 50,
-        "msPerAwsSecond": 50,
-        "retryMs": 10,
-        "resultWriterDir": str(tmp_path / "s3"),
-        "stateMachines": machines or {},
-    }
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = subprocess.run(["node", str(RUNNER), str(tmp_path / "job.json"),
-                           str(tmp_path / "result.json")], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)  # fmt: skip
+    writer = str(tmp_path / "s3")
+    proc = run_runner(tmp_path, definition, execution_input, PARENT, 50,
+                      resultWriterDir=writer, stateMachines=machines or {})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
     return result

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-RUNNER = REPO / "twin" / "runner" / "run.mjs"
+from twin_helpers import run_runner  # type: ignore[import-not-found]
+
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:m"
 VALID = {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}
 # asl-validator rejects the unknown field; the interpreter would run it
@@ -21,26 +21,7 @@ INVALID = {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True, "Bogus"
 def run(
     tmp_path: Path, definition: dict[str, Any], validated: Path
 ) -> subprocess.CompletedProcess[str]:
-    job = {
-        "definition": definition,
-        "input": {"x": 1},
-        "context": {
-            "Execution": {"Id": f"{MACHINE}:e1", "Name": "e1"},
-            "StateMachine": {"Id": MACHINE, "Name": "m"},
-        },
-        "functions": {},
-        "python": "python3",
-        "worker": "unused",
-        "logDir": str(tmp_path / "logs"),
-        "waitMs": 10,
-        "msPerAwsSecond": 10,
-        "retryMs": 10,
-        "validatedDir": str(validated),
-    }
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    return subprocess.run(["node", str(RUNNER), str(tmp_path / "job.json"),
-                           str(tmp_path / "result.json")], capture_output=True, text=True,
-                          timeout=60, cwd=REPO)  # fmt: skip
+    return run_runner(tmp_path, definition, {"x": 1}, MACHINE, 10, validatedDir=str(validated))
 
 
 def marker(definition: dict[str, Any]) -> str:

@@ -1,9 +1,11 @@
-"""What several twin test files build: a Command document with one shell step, and a sparse
-volume image with data only where the test wrote it."""
+"""What several twin test files build: a Command document with one shell step, a sparse
+volume image with data only where the test wrote it, and a run of the ASL runner on a
+hand-written definition (no emulator)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from botocore.exceptions import ClientError
 from twin.emulator.blockstore import EBS_BLOCK
 
 GIB = 1024**3
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = REPO / "twin" / "runner" / "run.mjs"
 # "HELLO twin" in block 0 and two whole blocks of "z" at 100-101: the image most tests copy.
 BASE_WRITES = [(0, b"HELLO twin"), (100 * EBS_BLOCK, b"z" * EBS_BLOCK * 2)]
 
@@ -95,3 +99,33 @@ def wait_invocation(ssm: Any, command_id: str, instance_id: str) -> dict[str, An
             return inv
         time.sleep(0.05)
     raise AssertionError(f"command never finished: {seen[-5:]}")
+
+
+def run_runner(
+    tmp_path: Path, definition: dict[str, Any], execution_input: Any, machine_arn: str,
+    wait_ms: int, **job: Any,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """twin/runner/run.mjs on `definition` alone: no functions, waits of `wait_ms`, execution e1
+    of `machine_arn`; `job` adds or overrides the job's keys (run.mjs's header lists them)."""
+    name = machine_arn.rsplit(":", 1)[1]
+    execution = machine_arn.replace(":stateMachine:", ":execution:")
+    spec = {
+        "definition": definition,
+        "input": execution_input,
+        "context": {
+            "Execution": {"Id": f"{execution}:e1", "Name": "e1"},
+            "StateMachine": {"Id": machine_arn, "Name": name},
+        },
+        "functions": {},
+        "python": "python3",
+        "worker": "unused",
+        "logDir": str(tmp_path / "logs"),
+        "waitMs": wait_ms,
+        "msPerAwsSecond": wait_ms,
+        "retryMs": 10,
+        **job,
+    }
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    return subprocess.run(["node", str(RUNNER), str(tmp_path / "job.json"),
+                           str(tmp_path / "result.json")], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)  # fmt: skip
