@@ -9,7 +9,7 @@ import random
 import re
 from pathlib import Path
 
-from devkit.chunks import copy_image
+from devkit.chunks import CHUNK, copy_image, written_chunks
 from devkit.commands import run
 from devkit.disks.image import MIB
 
@@ -104,6 +104,24 @@ def snapshot_while_mounted(
     return written
 
 
+def journal_logged(path: Path) -> tuple[int, dict[int, int]]:
+    """A whole-disk ext4 image's block size and the blocks its journal logs, {home block: journal
+    block} (the last transaction that logs a block wins); debugfs -c reads no bitmap."""
+    device = str(path)
+    header = run("debugfs", "-c", "-R", "stats", device)
+    size = int(re.findall(r"^Block size:\s*(\d+)$", header, re.M)[0])
+    logdump = run("debugfs", "-c", "-R", "logdump -a", device)
+    found = re.findall(r"FS block (\d+) logged at journal block (\d+)", logdump)
+    return size, {int(home): int(at) for home, at in found}
+
+
+def replay_writes_unheld(path: Path) -> bool:
+    """Whether the journal of a crashed whole-disk ext4 image logs a block in a 512 KiB chunk
+    the image does not hold: one its replay writes where the snapshot has nothing."""
+    size, logged = journal_logged(path)
+    return bool({home * size // CHUNK for home in logged} - written_chunks(path))
+
+
 def checkpoint_one_bitmap(path: Path) -> int:
     """Write home one block bitmap that a crashed ext4 image's journal logs, and nothing else.
 
@@ -114,12 +132,7 @@ def checkpoint_one_bitmap(path: Path) -> int:
     device = str(path)
     header = run("debugfs", "-c", "-R", "stats", device)  # -c: do not read the bitmaps
     bitmaps = {int(b) for b in re.findall(r"block bitmap at (\d+)", header)}
-    size = int(re.findall(r"^Block size:\s*(\d+)$", header, re.M)[0])
-    logdump = run("debugfs", "-c", "-R", "logdump -a", device)
-    logged = dict(
-        (int(home), int(at))
-        for home, at in re.findall(r"FS block (\d+) logged at journal block (\d+)", logdump)
-    )
+    size, logged = journal_logged(path)
     block = min(bitmaps & set(logged))
     where = run("debugfs", "-c", "-R", f"bmap <8> {logged[block]}", device).strip()
     with open(path, "r+b") as f:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from devkit import chunks, disks, restore
+from devkit.disks.dirt import replay_writes_unheld
 
 needs_root = pytest.mark.needs_root
 
@@ -60,3 +61,5 @@ def test_replay_written_finds_the_unheld_blocks_a_replay_writes(tmp_path: Path) 
     assert not work.exists()
     clean = disks.build_bare_ext4(tmp_path / "clean.img")
     assert restore.replay_written(clean.path, clean.partitions, work, "key") == set()
+    # what the builder checks before it returns a crashed image (and rebuilds when it is false)
+    assert replay_writes_unheld(crashed.path) and not replay_writes_unheld(clean.path)
