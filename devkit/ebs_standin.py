@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 BLOCK = 524288
+_SIGNING = threading.Lock()
 
 
 class ApiFault(Exception):
@@ -286,7 +287,9 @@ class StandIn:
             request.context["payload_signing_enabled"] = False
         moment = datetime.datetime.strptime(headers.get("X-Amz-Date", ""), "%Y%m%dT%H%M%SZ")
         creds = Credentials(*self.credentials, headers.get("X-Amz-Security-Token"))
-        with mock.patch("botocore.auth.get_current_datetime", return_value=moment):
+        # botocore reads the signing moment from a module global: patching it is only safe
+        # one request at a time, and this server answers requests on many threads
+        with _SIGNING, mock.patch("botocore.auth.get_current_datetime", return_value=moment):
             SigV4Auth(creds, "ebs", self.region).add_auth(request)
         if request.headers["Authorization"] != sent:
             raise ApiFault(403, "InvalidSignatureException", "signature does not match")

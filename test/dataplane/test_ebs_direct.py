@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -592,6 +593,44 @@ def test_start_snapshot_is_idempotent_with_a_client_token(tmp_path: Path, ebs: S
     assert spec["Encrypted"] is True and spec["Timeout"] == 60
     assert client.start_snapshot(spec)["SnapshotId"] == client.start_snapshot(spec)["SnapshotId"]
     assert len(ebs.snapshots) == 1
+
+
+def test_requests_signed_at_different_moments_verify_side_by_side(ebs: StandIn) -> None:
+    """The stand-in answers on many threads: each request's signature is checked at its own
+    X-Amz-Date while others are checked (a shared signing clock failed a fresh clone's copy)."""
+    signed = []
+    for second in range(64):
+        moment = datetime.datetime(2026, 11, 27, 10, 0, second % 60, tzinfo=datetime.UTC)
+        moment += datetime.timedelta(minutes=second // 60)
+        path = f"/snapshots/snap-{second}/blocks"
+        headers = sigv4.sign(
+            sigv4.Request("GET", ebs.url + path, [], {}, hashlib.sha256(b"").hexdigest()),
+            sigv4.Credentials(*KEYS, None),
+            "us-east-1",
+            "ebs",
+            moment,
+        )
+        signed.append((path, headers))
+    refused: list[str] = []
+
+    def check(path: str, headers: dict[str, str]) -> None:
+        for _ in range(20):
+            try:
+                ebs.check_signature("GET", path, headers, b"")
+            except Exception as error:  # any refusal is the failure this test counts
+                refused.append(f"{path}: {error}")
+
+    threads = [threading.Thread(target=check, args=item) for item in signed]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave as they do on a loaded machine
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert refused == []
 
 
 def test_a_bad_signature_is_refused(ebs: StandIn) -> None:
