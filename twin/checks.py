@@ -153,35 +153,47 @@ def _ami_check(emu: Emulator, source: Source, image_id: str | None) -> dict[str,
 
 
 def holds(row: dict[str, Any]) -> bool:
-    """The invariants of every case: nothing leaked, every AWS call allowed by the synthesized
-    roles, the source untouched, every new snapshot checked exact (exact()), and once delivered
-    the snapshots it delivered and the AMI, if one was registered, still exist; with OS=debian a
-    new AMI that was booted booted; a dry run created no snapshot and no AMI."""
-    if row["leaked_resources"] or row.get("iam_denials"):
-        return False
+    """The invariants of every case hold: broken_invariants() names none."""
+    return not broken_invariants(row)
+
+
+def broken_invariants(row: dict[str, Any]) -> list[str]:
+    """The invariants of every case that the run broke, each named so that a failed test says
+    which: nothing leaked, every AWS call allowed by the synthesized roles, the source untouched,
+    every new snapshot checked exact (exact()), and once delivered the snapshots it delivered and
+    the AMI, if one was registered, still exist; with OS=debian a new AMI that was booted booted;
+    a dry run created no snapshot and no AMI."""
+    broken = []
+    if row["leaked_resources"]:
+        broken.append(f"leaked: {row['leaked_resources']}")
+    if row.get("iam_denials"):
+        broken.append(f"denied by IAM: {row['iam_denials']}")
     if row.get("new_image_boots") is False:
-        return False
+        broken.append("the new AMI did not boot")
     if not row["source_snapshot_unchanged"]:
-        return False
+        broken.append("the source snapshot changed")
     if row.get("dry_run") and (row.get("snapshots_created") or row.get("new_image_id")):
-        return False  # a dry run makes no snapshot and no AMI, whatever happened
-    if not exact(row):
-        return False
+        broken.append("a dry run created a snapshot or an AMI")
+    broken += [f"not exact: {v}" for v in row.get("verification") or [] if not _exact_one(v)]
     if row["delivered"]:
         # every snapshot it delivered (its output's, every one ever tagged delivered) exists
         delivered = row.get("delivered_snapshot_ids") or []
         existing = set(row.get("new_snapshot_ids_existing") or [])
         if not delivered or any(sid not in existing for sid in delivered):
-            return False
+            broken.append(f"delivered {delivered}, of which exist {sorted(existing)}")
         if row.get("new_image_id") and not row["new_image_existing"]:
-            return False
-    return True
+            broken.append(f"the delivered AMI {row['new_image_id']} does not exist")
+    return broken
 
 
 def exact(row: dict[str, Any]) -> bool:
     """Every new snapshot the run checked keeps the block rule (none beyond the source's held
     blocks, every held block a file needs) and, on every restore, its files and fsck."""
-    return all(
-        (v.get("blocks") or {}).get("holds", True) and v["files_verified"] and v["fsck_clean"]
-        for v in row.get("verification") or []
+    return all(_exact_one(v) for v in row.get("verification") or [])
+
+
+def _exact_one(verification: dict[str, Any]) -> bool:
+    blocks = verification.get("blocks") or {}
+    return bool(
+        blocks.get("holds", True) and verification["files_verified"] and verification["fsck_clean"]
     )

@@ -67,7 +67,8 @@ def test_the_new_ami_of_a_debian_image_boots(
                 os="debian", boot_mode=boot_mode)
     )  # fmt: skip
     assert report["execution_status"] == "SUCCEEDED", (report["error"], report["cause"])
-    assert report["holds"] is True, report
+    assert checks.broken_invariants(report) == []
+    assert report["holds"] is True
     assert any(r.endswith(": encrypted") for r in report["restores_checked"]), report
     assert report["files_verified"] is True and report["fsck_clean"] is True
     assert 0 < report["new_snapshot_chunks"] < report["source_snapshot_chunks"]

@@ -14,7 +14,7 @@ from devkit.disks import recovered_copy
 from devkit.disks.zeros import SWAP_FILE, ZERO_PAGES_FILE, build_ext4_zero_files, ext4_file_chunks
 from devkit.pytest_ci import require_root
 from devkit.restore import absent_block
-from twin.checks import holds
+from twin.checks import broken_invariants, holds
 from twin.emulator.blockstore import written_chunks
 from twin.needed import check_blocks, file_data_chunks
 from twin.verify import verify
@@ -53,6 +53,18 @@ def test_holds_needs_every_new_snapshot_exact() -> None:
     assert holds(_row(blocks={"holds": False})) is False
     assert holds(_row(files_verified=False)) is False
     assert holds(_row(fsck_clean=False)) is False
+
+
+def test_a_broken_invariant_is_named() -> None:
+    """A failed twin test prints what broke, not a truncated report."""
+    assert broken_invariants(_row()) == []
+    assert broken_invariants({**_row(), "leaked_resources": 2}) == ["leaked: 2"]
+    assert broken_invariants({**_row(), "new_image_boots": False}) == ["the new AMI did not boot"]
+    assert broken_invariants({**_row(), "new_snapshot_ids_existing": []}) == [
+        "delivered ['snap-1'], of which exist []"
+    ]
+    (unfsckd,) = broken_invariants(_row(fsck_clean=False))
+    assert unfsckd.startswith("not exact: {") and "'fsck_clean': False" in unfsckd
 
 
 @pytest.fixture(scope="module")
