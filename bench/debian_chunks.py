@@ -28,6 +28,7 @@ from bench.blocks import held_needed_chunks, write_block_list
 from bench.disk import Layout, Part, blank_image, sfdisk_parts
 from bench.methods import Job, fsync_device, sparsecopy
 from bench.system import BenchError, Resources, run
+from devkit import markdown
 from devkit.chunks import (
     CHUNK,
     Extent,
@@ -228,14 +229,20 @@ def render(document: dict[str, Any]) -> str:
         f"{document['nonzero_bound']}; the all-zero ones by owner: "
         + (", ".join(f"{k} {v}" for k, v in document["zero_bound_owners"].items()) or "none"),
         "",
-        "| program | chunks stored | all zeros | lower-bound chunks absent | not held |",
-        "|---|---|---|---|---|",
+        markdown.table(
+            ["program", "chunks stored", "all zeros", "lower-bound chunks absent", "not held"],
+            [
+                [
+                    r["label"],
+                    f"{r['chunks']:,}",
+                    f"{r['zero_chunks']:,}",
+                    f"{r['needed_absent']:,}",
+                    f"{r['outside_held']:,}",
+                ]
+                for r in document["results"]
+            ],
+        ),
     ]
-    for r in document["results"]:
-        lines.append(
-            f"| {r['label']} | {r['chunks']:,} | {r['zero_chunks']:,} | "
-            f"{r['needed_absent']:,} | {r['outside_held']:,} |"
-        )
     for r in document["results"]:
         owners = ", ".join(f"{name} {count}" for name, count in r["zero_owners"].items())
         lines.append(f"\n{r['label']}: all-zero chunks stored, by owner: {owners or 'none'}")

@@ -22,6 +22,7 @@ from bench.methods import (
     SEED_512,
     TRIM_METHODS,
 )
+from devkit import markdown
 
 MIB = 1024 * 1024
 NEVER_WRITTEN = "empty"  # the disk whose block list is empty
@@ -396,9 +397,8 @@ def text_table(table: list[list[str]]) -> str:
 
 
 def markdown_table(table: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(row) + " |" for row in table]
-    lines.insert(1, "|" + "---|" * len(table[0]))
-    return "\n".join(lines)
+    """``table``'s first row is its header, as text_table's."""
+    return markdown.table(table[0], table[1:])
 
 
 def _show(value: float | None, unit: str) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from devkit.markdown import table
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contract"
 # compactor (the Lambda package) imports from lambdas/, as Lambda imports from its code root
@@ -52,16 +54,6 @@ def with_limits(text: str) -> str:
     limits = contract("limits")["limits"]
     name = re.compile(r"\{([A-Za-z][A-Za-z0-9]*)\}")
     return name.sub(lambda m: number(limits[m.group(1)]["value"]), text)
-
-
-def cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def payload_text(payload: Any) -> str:
@@ -273,6 +265,21 @@ def settings_table() -> str:
     return table(["key", "default", "accepts", "meaning"], rows)
 
 
+def sizing_table() -> str:
+    """docs/deploy.md's "Limits" table: the instance types the Lambda picks by bytes to copy."""
+    sizing = importlib.import_module("compactor.sizing")
+    rows, low = [], 0
+    for size in sizing.SIZE_CLASSES:
+        span = f"up to {size.max_gib} GiB" if size.max_gib is not None else f"over {low} GiB"
+        rows.append(
+            [span, ", ".join(size.types("x86_64")), ", ".join(size.types("arm64")),
+             f"{size.baseline_mbps('x86_64')} / {size.baseline_mbps('arm64')} Mbps"]
+        )  # fmt: skip
+        low = size.max_gib or low
+    header = ["bytes to copy", "x86_64", "arm64", "baseline EBS bandwidth (slowest type)"]
+    return table(header, rows)
+
+
 def imported(module: str, function: str) -> Callable[[], str]:
     """A renderer living in another module, imported only when its block is rendered."""
 
@@ -295,7 +302,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "batch-selector": batch_selector_table,
     "settings": settings_table,
     "checkov-suppressions": checkov_table,
-    "sizing": imported("compactor.sizing", "readme_table"),
+    "sizing": sizing_table,
     "workflow": imported("devkit.workflow_table", "workflow_table"),
     "twin-report-fields": imported("twin.report", "fields_table"),
     "metrics": imported("devkit.metrics_table", "metrics_table"),

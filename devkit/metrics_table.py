@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from devkit.docs import contract, table
+from devkit.docs import contract
+from devkit.markdown import table
 
 
 def metrics_table() -> str:

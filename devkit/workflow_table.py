@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.markdown import table
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "compactor"
 PACKAGE_DIR = Path("lambdas") / PACKAGE
@@ -164,7 +166,7 @@ def tests_of(task: TaskState, root: Path = ROOT) -> list[Path]:
     return found
 
 
-def _task_row(task: TaskState, root: Path) -> str:
+def _task_row(task: TaskState, root: Path) -> list[str]:
     where = builder_line(task.state, root)
     handler = HANDLERS / f"{task.module}.py"
     cells = [
@@ -175,16 +177,13 @@ def _task_row(task: TaskState, root: Path) -> str:
         ", ".join(_link(p) for p in domain_modules(task.module, root)) or "none",
         ", ".join(_link(p) for p in tests_of(task, root)) or "none",
     ]
-    return "| " + " | ".join(cells) + " |"
+    return cells
 
 
 def task_table(root: Path = ROOT) -> str:
     """One row per Task state: state, machine, builder line, handler, domain modules, tests."""
-    header = [
-        "| Task state | machine | builder (lib/) | handler | domain module | tests |",
-        "|---|---|---|---|---|---|",
-    ]
-    return "\n".join(header + [_task_row(t, root) for t in task_states(root)])
+    header = ["Task state", "machine", "builder (lib/)", "handler", "domain module", "tests"]
+    return table(header, [_task_row(t, root) for t in task_states(root)])
 
 
 def other_states(root: Path = ROOT) -> list[tuple[str, str, Path, int]]:
@@ -202,10 +201,8 @@ def other_states(root: Path = ROOT) -> list[tuple[str, str, Path, int]]:
 
 def other_table(root: Path = ROOT) -> str:
     """The states that call no Lambda, grouped by the file that builds them."""
-    rows = ["| state | type | built at |", "|---|---|---|"]
-    for kind, state, path, line in other_states(root):
-        rows.append(f"| {state} | {kind} | {_link(path, line)} |")
-    return "\n".join(rows)
+    rows = [[state, kind, _link(path, line)] for kind, state, path, line in other_states(root)]
+    return table(["state", "type", "built at"], rows)
 
 
 def workflow_table(root: Path = ROOT) -> str:

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from devkit.markdown import table
+
 from .cfn import Deployment
 from .checks import Checks, Panel, holds
 from .context import Context
@@ -269,8 +271,8 @@ class Report:
 
 def fields_table() -> str:
     """The Markdown table of the report's fields and their meanings (docs/twin.md)."""
-    rows = [f"| `{f.name}` | {f.metadata['doc']} |" for f in fields(Report)]
-    return "\n".join(["| field | meaning |", "|---|---|", *rows]) + "\n"
+    rows = [[f"`{f.name}`", f.metadata["doc"]] for f in fields(Report)]
+    return table(["field", "meaning"], rows) + "\n"
 
 
 def fault_label(fault: StateFault | FaultList | str | None) -> str:

@@ -29,6 +29,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from devkit import markdown
+
 from .cfn import Deployment
 from .deploy import deploy
 from .emulator.faults import EBS_BEHAVIOURS, KINDS
@@ -311,22 +313,25 @@ def run_case(cdk_out: Path, case: dict[str, str], out: Path, fs: str = "ext4",
 def table(rows: list[dict[str, Any]], seconds: float, diskless: bool = False,
           workers: int = 2) -> str:  # fmt: skip
     lines = _header(rows, seconds, diskless, workers)
-    for r in rows:
-        new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
-        ami = "-" if not r.get("new_image_id") else str(r.get("new_image_existing"))
-        error = str(r.get("error") or "")
-        error = error if len(error) < 40 else error[:37] + "..."
-        lines.append(
-            f"| {r['state']} | {r['kind']} | {r.get('opener') or '-'} | {r['input']}"
-            + (f", target {r['target']}" if r.get("target") else "")
-            + " | "
-            f"{r.get('execution_status')} | "
-            f"{error} | {r.get('outcome') or '-'} | {r.get('fault_applied')} | "
-            f"{r.get('leaked_resources')} | {new} | {ami} | {r.get('source_snapshot_unchanged')} | "
-            f"{r.get('delivered')} | {r.get('cleanup') or '-'} | "
-            f"{'yes' if r.get('holds') else '**NO**'} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, markdown.table(COLUMNS, map(_cells, rows))]) + "\n"
+
+
+COLUMNS = ["state", "kind", "opener", "input", "status", "error", "outcome", "applied", "leaked",
+           "new snapshots kept", "AMI kept", "source unchanged", "delivered", "cleanup",
+           "holds"]  # fmt: skip
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    new = f"{r.get('new_snapshots_existing', 0)}/{len(r.get('new_snapshot_ids') or [])}"
+    ami = "-" if not r.get("new_image_id") else str(r.get("new_image_existing"))
+    error = str(r.get("error") or "")
+    error = error if len(error) < 40 else error[:37] + "..."
+    target = f", target {r['target']}" if r.get("target") else ""
+    return [r["state"], r["kind"], r.get("opener") or "-", f"{r['input']}{target}",
+            str(r.get("execution_status")), error, r.get("outcome") or "-",
+            str(r.get("fault_applied")), str(r.get("leaked_resources")), new, ami,
+            str(r.get("source_snapshot_unchanged")), str(r.get("delivered")),
+            r.get("cleanup") or "-", "yes" if r.get("holds") else "**NO**"]  # fmt: skip
 
 
 def _header(rows: list[dict[str, Any]], seconds: float, diskless: bool, workers: int) -> list[str]:
@@ -374,9 +379,6 @@ def _header(rows: list[dict[str, Any]], seconds: float, diskless: bool, workers:
         "role credentials from instance metadata valid 17 s); `applied`: the run met it; "
         "`holds` also needs the run to succeed and the behaviour met.",
         "",
-        "| state | kind | opener | input | status | error | outcome | applied | leaked"
-        " | new snapshots kept | AMI kept | source unchanged | delivered | cleanup | holds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
 

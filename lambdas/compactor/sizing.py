@@ -166,20 +166,3 @@ def plan(
             "or split the job (compact an AMI's volumes as separate snapshot jobs)"
         )
     return Sizing(list(types), poll(budget, config), budget)
-
-
-def readme_table() -> str:
-    """The Markdown table of docs/deploy.md's "Limits" section (block `sizing`)."""
-    rows = [
-        "| bytes to copy | x86_64 | arm64 | baseline EBS bandwidth (slowest type) |",
-        "|---|---|---|---|",
-    ]
-    low = 0
-    for size in SIZE_CLASSES:
-        span = f"up to {size.max_gib} GiB" if size.max_gib is not None else f"over {low} GiB"
-        rows.append(
-            f"| {span} | {', '.join(size.types('x86_64'))} | {', '.join(size.types('arm64'))} | "
-            f"{size.baseline_mbps('x86_64')} / {size.baseline_mbps('arm64')} Mbps |"
-        )
-        low = size.max_gib or low
-    return "\n".join(rows)

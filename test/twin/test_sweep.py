@@ -229,3 +229,16 @@ def test_task_states_include_nested_branches() -> None:
         }
     }
     assert task_states(definition) == ["A", "B", "C"]
+
+
+def test_the_sweep_table_has_a_cell_per_column_and_marks_a_broken_case() -> None:
+    row = {"state": "Launch", "kind": "throttle", "input": "snapshot", "target": "volume",
+           "execution_status": "FAILED", "error": "a|b", "fault_applied": True,
+           "leaked_resources": 1, "holds": False}  # fmt: skip
+    text = table([row], 60.0)
+    *_, head, rule, line = text.splitlines()
+    assert head.startswith("| state | kind |") and rule.count("---") == 15
+    assert line == (
+        "| Launch | throttle | - | snapshot, target volume | FAILED | a\\|b | - | True | 1 "
+        "| 0/0 | - | None | None | - | **NO** |"
+    )
