@@ -12,7 +12,7 @@ blocks, the written zeros included (issue #19: an absent block reads as random b
 encrypted restore).
 
 - read: the floor on this disk: the image's data blocks read once, cold, in one thread.
-- direct: devkit/ebs_standin.py in its own process (bench/ebs_server.py) with a stated
+- direct: devkit/ebs/standin.py in its own process (bench/ebs_server.py) with a stated
   per-request latency and concurrency limit; `sparsecopy put-snapshot IMAGE --jobs J` (SEEK_DATA
   finds the data, written zero blocks are put too, CompleteSnapshot after the last put).
   Afterwards the stand-in's snapshot must hold exactly the image's held blocks (SHA-256 each).
@@ -537,7 +537,7 @@ def caption(cfg: dict[str, Any]) -> str:
         f"{cfg['data_bytes'] / MIB:,.0f} MiB in {cfg['data_blocks']:,} held 512 KiB blocks; "
         f"{cfg['cpus']} CPUs ({cfg['cpu']}), kernel {cfg['kernel']}, {cfg['python3']}, "
         f"sparsecopy {cfg['program']}, seconds = median of {cfg['repeat']} run(s). The snapshot "
-        "path writes into a local STAND-IN of the EBS direct APIs (devkit/ebs_standin.py in its "
+        "path writes into a local STAND-IN of the EBS direct APIs (devkit/ebs/standin.py in its "
         "own process on the same machine, every request held for the stated latency, more "
         "requests in flight than the limit answered ConcurrentLimitExceededException), not EBS; "
         "the block device path writes to a loop device over a sparse file on the local disk."

@@ -1,4 +1,4 @@
-"""The EBS direct-API stand-in (devkit/ebs_standin.py) in a process of its own, for the
+"""The EBS direct-API stand-in (devkit/ebs/standin.py) in a process of its own, for the
 direct-write benchmark: in the client's process it would share the client's interpreter lock
 (1000 blocks at 100 ms x 100 jobs gave 181 MB/s there, CPU-bound on 2 CPUs).
 
@@ -15,95 +15,52 @@ needs no 10 GiB of memory.
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
-from devkit import ebs_standin
-from devkit.ebs_standin import Snapshot, StandIn
+from devkit.ebs.standin import StandIn
 
-PUT = "PutSnapshotBlock"
 ROOT = Path(__file__).resolve().parent.parent
 
 
 class MeasuredStandIn(StandIn):
     """The stand-in, also recording when each put was in flight (from its arrival until its
-    answer, the latency sleep included) and each stored block's digest, so that
-    CompleteSnapshot's aggregated checksum does not hash every block a second time (EBS seals
-    asynchronously; a stand-in hashing a gigabyte there would add seconds AWS does not)."""
+    answer, the latency sleep included). Blocks are kept as digests only (the emulator keeps
+    each put's digest for CompleteSnapshot's aggregated checksum anyway), unless keep_blocks."""
 
     def __init__(self, keep_blocks: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.keep_blocks = keep_blocks
-        self.local = threading.local()
+        super().__init__(keep_data=keep_blocks, **kwargs)
         self.put_spans: list[tuple[float, float]] = []
-        self.digests: dict[str, dict[int, bytes]] = {}
         # ThreadingHTTPServer listens with a backlog of 5; a hundred clients connecting at once
         # would wait for SYN retries. listen() again on Linux raises the backlog.
-        self.server.socket.listen(max(self.max_concurrency * 2, 5))
+        self.server.socket.listen(max(self.quirks.max_in_flight * 2, 5))
 
-    def enter(self, op: str) -> None:
-        super().enter(op)
-        self.local.put_started = time.monotonic() if op == PUT else None
-
-    def leave(self) -> None:
-        started = getattr(self.local, "put_started", None)
-        if started is not None:
-            with self.lock:
-                self.put_spans.append((started, time.monotonic()))
-        super().leave()
-
-    def put(
-        self, snap: Snapshot, index: int, headers: Any, body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
-        status, reply, data = super().put(snap, index, headers, body)
-        digest = base64.b64decode(reply["x-amz-Checksum"])  # of the bytes it stored
-        with self.lock:
-            self.digests.setdefault(snap.snapshot_id, {})[index] = digest
-            if not self.keep_blocks:
-                snap.blocks[index] = b""  # the digest is all the bench reads back
-        return status, reply, data
-
-    def linear_checksum(self, blocks: dict[int, bytes]) -> str:
-        """devkit.ebs_standin.linear_checksum from the digests recorded at put time."""
-        known = next(
-            (
-                self.digests.get(s.snapshot_id)
-                for s in self.snapshots.values()
-                if s.blocks is blocks
-            ),
-            None,
-        )
-        if known is None or set(known) != set(blocks):
-            return ORIGINAL_LINEAR(blocks)
-        joined = b"".join(known[i] for i in sorted(blocks))
-        return base64.b64encode(hashlib.sha256(joined).digest()).decode()
+    def served(self, method: str, started: float, ended: float) -> None:
+        if method == "PUT":  # PutSnapshotBlock
+            with self.store.lock:
+                self.put_spans.append((started, ended))
 
     def reset(self) -> None:
-        with self.lock:
-            self.snapshots.clear()
-            self.tokens.clear()
-            self.digests.clear()
+        with self.store.lock:
+            super().reset()
             self.put_spans.clear()
-            self.stats = type(self.stats)()
 
     def report(self) -> dict[str, Any]:
         """Counters, put timing and every snapshot's blocks (index -> SHA-256 hex)."""
-        with self.lock:
+        self.emulator.settle()
+        with self.store.lock:
             spans = list(self.put_spans)
-            stats = self.stats
+            writes = self.writes
             snapshots = {
                 sid: {
-                    "status": snap.advance().status,
-                    "volume_size": snap.volume_size,
-                    "blocks": _hex(self.digests.get(sid, {})),
+                    "status": snap.status,
+                    "volume_size": snap.size_gib,
+                    "blocks": _hex(writes.snapshots[sid].digests),
                 }
                 for sid, snap in self.snapshots.items()
             }
@@ -112,10 +69,10 @@ class MeasuredStandIn(StandIn):
         window = last - first
         busy = sum(e - s for s, e in spans)
         return {
-            "requests": dict(stats.requests),
-            "max_in_flight": stats.max_in_flight,
-            "rejected": stats.rejected,
-            "throttled": stats.throttled,
+            "requests": dict(writes.requests),
+            "max_in_flight": writes.max_in_flight,
+            "rejected": writes.concurrent_limit_served,
+            "throttled": writes.puts_throttled,
             "puts": len(spans),
             "put_seconds": round(window, 3),
             "mean_puts_in_flight": round(busy / window, 1) if window > 0 else 0.0,
@@ -124,16 +81,12 @@ class MeasuredStandIn(StandIn):
         }
 
 
-ORIGINAL_LINEAR = ebs_standin.linear_checksum
-
-
 def _hex(digests: dict[int, bytes]) -> dict[str, str]:
     return {str(index): digest.hex() for index, digest in sorted(digests.items())}
 
 
 def serve(server: MeasuredStandIn, commands: IO[str], answers: IO[str]) -> None:
     """Answer commands until the parent closes stdin."""
-    ebs_standin.linear_checksum = server.linear_checksum  # this process only
     with server:
         answers.write(json.dumps({"url": server.url, "pid": os.getpid()}) + "\n")
         answers.flush()
@@ -142,8 +95,7 @@ def serve(server: MeasuredStandIn, commands: IO[str], answers: IO[str]) -> None:
             if command == "stats":
                 answer: dict[str, Any] = server.report()
             elif command.startswith("start "):  # what the Lambda's StartSnapshot would do
-                spec = {"VolumeSize": int(command.split()[1]), "Timeout": 60}
-                answer = json.loads(server.start(json.dumps(spec).encode())[2])
+                answer = server.start_snapshot(int(command.split()[1]), Timeout=60)
             elif command == "reset":
                 server.reset()
                 answer = {"reset": True}

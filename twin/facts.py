@@ -164,7 +164,7 @@ def counts(emu: Emulator) -> Counts:
 
 
 def direct_writes(emu: Emulator) -> dict[str, int]:
-    """The EBS direct writes the emulator served (ebs_direct_write.py) and the faults' answers."""
+    """The EBS direct writes the emulator served (ebs_direct.py) and the faults' answers."""
     direct = emu.state.direct
     return {
         "snapshots_started": len(direct.started),

@@ -2,7 +2,7 @@
 
 A direct snapshot that EC2 refused to delete while `pending` (teardown's `leftToTimeOut`) turns
 `error` directSnapshotTimeoutMinutes after its last write, and the scheduled sweeper then deletes
-it. sweep_later() moves the emulator's EBS direct clock (twin/emulator/ebs_direct.clock) that far
+it. sweep_later() moves the emulator's EBS direct clock (devkit/ebs/wire.clock) that far
 on and runs the deployed sweep function's code (its synthesized asset, its environment, its
 identity: every request carries its X-Twin-Caller, so the IAM check judges it by the sweep role)
 with its own clock as far on, as its schedule would run it then.
@@ -19,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from devkit.ebs import wire
+
 from .cfn import Deployment, Function
-from .emulator import ebs_direct
 from .emulator.server import Emulator
 from .iam.recorder import CALLER_HEADER
 from .limits import limit
@@ -91,8 +92,8 @@ def sweep_later(
     """The sweeper's runs `minutes` after now (until nothing is left to remove, at most `runs`),
     with the EBS direct clock as far on; returns each run's result. Its log lines go to `log`."""
     function = sweep_function(d)
-    real = ebs_direct.clock
-    ebs_direct.clock = lambda: real() + minutes * 60
+    real = wire.clock
+    wire.clock = lambda: real() + minutes * 60
     results: list[dict[str, Any]] = []
     try:
         with as_the_function(emu, function), _logs_to(log):
@@ -105,5 +106,5 @@ def sweep_later(
                 if not result["remaining"]:
                     break
     finally:
-        ebs_direct.clock = real
+        wire.clock = real
     return results

@@ -28,7 +28,7 @@ from conftest import attached, blank_like, sparsecopy, working_copy
 from test_snapshot_target import SOURCES, _instance, _job, _served_bundle, _start
 
 from devkit import chunks, disks, restore
-from devkit.ebs_standin import StandIn
+from devkit.ebs.standin import StandIn
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.usefixtures("no_leaks")]
 

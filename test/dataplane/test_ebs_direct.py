@@ -1,4 +1,4 @@
-"""sparsecopy's EBS direct APIs client against the local stand-in (devkit/ebs_standin.py):
+"""sparsecopy's EBS direct APIs client against the local stand-in (devkit/ebs/standin.py):
 plain sparse files, no loop devices, no root."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from conftest import PROGRAM, sparsecopy
 from sparsecopy import credentials, ebs_direct, put_snapshot, sigv4
 from sparsecopy.errors import Failure
 
-from devkit.ebs_standin import StandIn, linear_checksum
+from devkit.ebs.standin import StandIn
+from devkit.ebs.wire import Request, linear_checksum
 from devkit.needs import python39
 from devkit.pytest_ci import needs_python39
 
@@ -65,6 +66,11 @@ def _image(path: Path, blocks: dict[int, bytes], size: int) -> Path:
 
 def _pattern(index: int, length: int = BLOCK) -> bytes:
     return (hashlib.sha256(str(index).encode()).digest() * (length // 32 + 1))[:length]
+
+
+def _linear(blocks: dict[int, bytes]) -> str:
+    """The LINEAR aggregate of blocks' data."""
+    return linear_checksum({i: hashlib.sha256(d).digest() for i, d in blocks.items()})
 
 
 # ---------------------------------------------------------------- SigV4
@@ -331,13 +337,15 @@ def test_an_expired_token_is_refreshed_and_the_request_sent_again(
     tmp_path: Path, ebs: StandIn
 ) -> None:
     image = _image(tmp_path / "disk.img", {0: _pattern(0), 5: _pattern(5)}, 8 * BLOCK)
-    ebs.expired_tokens = {"old"}
+    ebs.quirks.expired_tokens = frozenset({"old"})
     source = _Rotating()
     policy = ebs_direct.RetryPolicy(sleep=lambda _: None)
     client = ebs_direct.Client(ebs.url, "us-east-1", source, policy=policy)
     summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=1), client)
     assert summary["blocks"] == 2 and source.refreshed == 1
-    ebs.expired_tokens = {"new"}  # still expired after a refresh: one retry, then the error
+    ebs.quirks.expired_tokens = frozenset(
+        {"new"}
+    )  # still expired after a refresh: one retry, then the error
     with pytest.raises(Failure, match="StartSnapshot: ExpiredTokenException"):
         put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), client)
     assert source.refreshed == 2
@@ -388,7 +396,7 @@ def test_aggregated_checksum_is_sha256_of_the_raw_digests_in_block_order() -> No
     expected = base64.b64encode(
         hashlib.sha256(digests[2] + digests[5] + digests[9]).digest()
     ).decode()
-    assert ebs_direct.aggregate_checksum(digests) == expected == linear_checksum(blocks)
+    assert ebs_direct.aggregate_checksum(digests) == expected == linear_checksum(digests)
     b64_joined = "".join(base64.b64encode(digests[i]).decode() for i in (2, 5, 9))
     assert expected != base64.b64encode(hashlib.sha256(b64_joined.encode()).digest()).decode()
 
@@ -413,17 +421,19 @@ def test_put_snapshot_round_trip_puts_every_block_holding_data_zeros_included(
     run = sparsecopy(*args, "--description", "d", "--jobs", "4", "--verify", env=env)
     assert run.returncode == 0, run.stderr
     summary = run.summary
-    snap = ebs.snapshots[summary["snapshotId"]]
+    sid = summary["snapshotId"]
+    snap = ebs.snapshot(sid)
     # block 4 holds written zeros: put (an absent block reads random on an encrypted restore)
     expected = {i: (d + bytes(BLOCK - len(d))) for i, d in written.items()}
-    assert snap.advance().status == "completed" and summary["status"] == "completed"
+    assert snap.status == "completed" and summary["status"] == "completed"
     assert snap.blocks == expected
-    assert ebs.stats.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 5
+    assert ebs.writes.requests["PutSnapshotBlock"] == len(expected) == summary["blocks"] == 5
     assert summary["bytes"] == 5 * BLOCK and summary["verifiedBlocks"] == 5
     assert summary["zero_blocks"] == 1
-    assert summary["checksum"] == linear_checksum(snap.blocks)
-    assert snap.spec["Tags"] == [{"Key": "a", "Value": "b"}, {"Key": "Name", "Value": "x=y"}]
-    assert snap.spec["Description"] == "d" and snap.spec["VolumeSize"] == 1
+    assert summary["checksum"] == _linear(snap.blocks)
+    started = ebs.writes.snapshots[sid].start_answer
+    assert started["Tags"] == [{"Key": "a", "Value": "b"}, {"Key": "Name", "Value": "x=y"}]
+    assert started["Description"] == "d" and started["VolumeSize"] == 1
     assert "put-snapshot: 100.0% " in run.stderr and ", bytes " in run.stderr
 
 
@@ -449,16 +459,16 @@ def test_checksum_mismatch_never_completes_and_names_the_open_snapshot(
     image = _image(
         tmp_path / "disk.img", {1: _pattern(1), 2: _pattern(2), 6: _pattern(6)}, 8 * BLOCK
     )
-    ebs.corrupt_blocks = {2}
+    ebs.quirks.corrupt_blocks = frozenset({2})
     env = {**ENV, "AWS_ENDPOINT_URL_EBS": ebs.url}
     run = sparsecopy("put-snapshot", str(image), "--size-gib", "1", "--jobs", "2", env=env)
     assert run.returncode == 1 and run.stdout == ""
     (snap,) = ebs.snapshots.values()
-    assert snap.advance().status == "pending" and snap.open
-    assert "CompleteSnapshot" not in ebs.stats.requests
+    assert snap.status == "pending" and ebs.is_open(snap.snapshot_id)
+    assert "CompleteSnapshot" not in ebs.writes.requests
     assert f"snapshot {snap.snapshot_id} NOT completed" in run.error_line
     assert "block 2" in run.error_line and "checksum" in run.error_line
-    assert ebs.stats.requests["PutSnapshotBlock"] == 3 + ebs_direct.PUT_INVALID_RETRIES
+    assert ebs.writes.requests["PutSnapshotBlock"] == 3 + ebs_direct.PUT_INVALID_RETRIES
 
 
 def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
@@ -466,18 +476,18 @@ def test_throttled_and_failed_puts_are_retried_and_the_snapshot_completes(
 ) -> None:
     blocks = {i: _pattern(i) for i in range(0, 24, 3)}
     image = _image(tmp_path / "disk.img", blocks, 24 * BLOCK)
-    ebs.throttle_puts, ebs.fail_puts, ebs.drop_puts = 6, 3, 2
+    ebs.quirks.throttled_puts, ebs.quirks.failed_puts, ebs.quirks.dropped_puts = 6, 3, 2
     client = _client(ebs)
     summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=3), client)
-    snap = ebs.snapshots[str(summary["snapshotId"])]
     assert summary["status"] == "pending"  # CompleteSnapshot accepted: EBS seals it
-    assert snap.advance().status == "completed" and snap.blocks == blocks
-    assert summary["retries"] == 11 == ebs.stats.throttled + 3 + 2
+    snap = ebs.snapshot(str(summary["snapshotId"]))
+    assert snap.status == "completed" and snap.blocks == blocks
+    assert summary["retries"] == 11 == ebs.writes.puts_throttled + 3 + 2
 
 
 def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: StandIn) -> None:
     image = _image(tmp_path / "disk.img", {0: _pattern(0), 5: _pattern(5)}, 8 * BLOCK)
-    ebs.throttle_all = True
+    ebs.quirks.throttle_all = True
     with pytest.raises(
         Failure, match=r"snapshot snap-\w+ NOT completed.*RequestThrottledException"
     ):
@@ -485,8 +495,8 @@ def test_persistent_throttling_fails_without_completing(tmp_path: Path, ebs: Sta
             put_snapshot.PutOptions(str(image), 1, jobs=2), _client(ebs, attempts=4, stall=0)
         )
     (snap,) = ebs.snapshots.values()
-    assert snap.advance().open and not snap.blocks
-    assert "CompleteSnapshot" not in ebs.stats.requests
+    assert ebs.is_open(snap.snapshot_id) and not snap.blocks
+    assert "CompleteSnapshot" not in ebs.writes.requests
 
 
 def test_a_wrong_aggregated_checksum_is_refused_and_the_snapshot_stays_open(
@@ -502,7 +512,7 @@ def test_a_wrong_aggregated_checksum_is_refused_and_the_snapshot_stays_open(
     with wrong, pytest.raises(Failure, match=r"NOT completed.*aggregated checksum"):
         put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1), _client(ebs))
     (snap,) = ebs.snapshots.values()
-    assert snap.advance().open  # refused: never sealed
+    assert ebs.is_open(snap.snapshot_id)  # refused: never sealed
 
 
 def test_the_pacer_halves_on_throttling_and_grows_back_one_per_round() -> None:
@@ -535,7 +545,7 @@ def test_concurrency_limits_shrink_the_puts_in_flight(tmp_path: Path) -> None:
         summary = put_snapshot.put_snapshot(put_snapshot.PutOptions(str(image), 1, jobs=16), client)
         assert ebs.snapshots[str(summary["snapshotId"])].blocks == blocks
         assert client.pacer.lowest <= 4 and client.pacer.cuts >= 1
-        assert ebs.stats.rejected < 96 // 2, ebs.stats.rejected
+        assert ebs.writes.concurrent_limit_served < 96 // 2, ebs.writes.concurrent_limit_served
 
 
 @pytest.mark.parametrize("jobs", [1, 4])
@@ -546,8 +556,8 @@ def test_requests_in_flight_never_exceed_jobs(tmp_path: Path, jobs: int) -> None
         summary = put_snapshot.put_snapshot(
             put_snapshot.PutOptions(str(image), 1, jobs=jobs), _client(ebs)
         )
-        assert ebs.stats.rejected == 0 and summary["retries"] == 0
-        assert ebs.stats.max_in_flight == jobs  # as many as allowed, never more
+        assert ebs.writes.concurrent_limit_served == 0 and summary["retries"] == 0
+        assert ebs.writes.max_in_flight == jobs  # as many as allowed, never more
         assert ebs.snapshots[str(summary["snapshotId"])].blocks == blocks
 
 
@@ -563,21 +573,21 @@ def test_verify_waits_for_the_seal_then_reads_every_block_back(tmp_path: Path) -
             opts = put_snapshot.PutOptions(str(image), 1, verify=True)
             summary = put_snapshot.put_snapshot(opts, client)
         assert summary["verifiedBlocks"] == 2 and summary["status"] == "completed"
-        assert ebs.stats.requests["ListSnapshotBlocks"] > 1  # refused while sealing
-        assert ebs.stats.requests["GetSnapshotBlock"] == 2
+        assert ebs.writes.requests["ListSnapshotBlocks"] > 1  # refused while sealing
+        assert ebs.writes.requests["GetSnapshotBlock"] == 2
 
 
 def test_verify_catches_a_snapshot_that_reads_back_different_data(
     tmp_path: Path, ebs: StandIn
 ) -> None:
     image = _image(tmp_path / "disk.img", {1: _pattern(1), 7: _pattern(7)}, 8 * BLOCK)
-    real_list = ebs.list_blocks
+    real_read = ebs.store.read
 
-    def tampered(snap: Any) -> Any:
-        snap.blocks[7] = _pattern(8)  # EBS returns other (self-consistent) data
-        return real_list(snap)
+    def tampered(snapshot_id: str, index: int) -> bytes:
+        # EBS returns other (self-consistent: the emulator checksums what it sends) data
+        return _pattern(8) if index == 7 else real_read(snapshot_id, index)
 
-    ebs.list_blocks = tampered  # type: ignore[method-assign]
+    ebs.store.read = tampered  # type: ignore[method-assign]
     opts = put_snapshot.PutOptions(str(image), 1, verify=True)
     with pytest.raises(Failure, match=r"completed but does not verify: .*block 7 reads back"):
         put_snapshot.put_snapshot(opts, _client(ebs))
@@ -616,7 +626,8 @@ def test_requests_signed_at_different_moments_verify_side_by_side(ebs: StandIn) 
     def check(path: str, headers: dict[str, str]) -> None:
         for _ in range(20):
             try:
-                ebs.check_signature("GET", path, headers, b"")
+                lower = {k.lower(): v for k, v in headers.items()}
+                ebs.emulator.check_signature(Request("GET", path, "", lower, b""))
             except Exception as error:  # any refusal is the failure this test counts
                 refused.append(f"{path}: {error}")
 
@@ -678,7 +689,7 @@ def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
             Checksum=checksum[::-1],
             ChecksumAlgorithm="SHA256",
         )
-    ebs.throttle_all = True
+    ebs.quirks.throttle_all = True
     with pytest.raises(client.exceptions.RequestThrottledException):
         client.put_snapshot_block(
             SnapshotId=sid,
@@ -688,8 +699,8 @@ def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
             Checksum=checksum,
             ChecksumAlgorithm="SHA256",
         )
-    ebs.throttle_all = False
-    aggregate = linear_checksum({7: data})
+    ebs.quirks.throttle_all = False
+    aggregate = _linear({7: data})
     done = client.complete_snapshot(
         SnapshotId=sid,
         ChangedBlocksCount=1,
@@ -706,7 +717,7 @@ def test_boto3_ebs_client_round_trip_against_the_stand_in(ebs: StandIn) -> None:
 @pytest.mark.needs_root  # the twin's emulator runs as root
 def test_put_snapshot_against_the_twins_emulator(tmp_path: Path) -> None:
     """Two independent implementations agree: the program's client (wire format, SigV4, LINEAR
-    checksum) against the twin's emulator (twin/emulator/ebs_direct_write.py), no disks."""
+    checksum) against the twin's emulator (twin/emulator/ebs_direct.py), no disks."""
     from twin.emulator.blockstore import written_chunks
     from twin.emulator.faults import Faults
     from twin.emulator.server import Emulator

@@ -1,6 +1,6 @@
 """``sparsecopy job --target snapshot``: each volume's copy put straight into its started EBS
 snapshot (ssm-documents/sparsecopy/snapshot_copy.py) against the local stand-in of the EBS direct
-APIs (devkit/ebs_standin.py).
+APIs (devkit/ebs/standin.py).
 
 The real job runs on real filesystems (loop devices, root): the completed snapshot holds exactly
 the 512 KiB blocks a volume-mode copy of the same source writes, byte for byte, all-zero ones
@@ -33,7 +33,7 @@ from sparsecopy.errors import Failure
 from sparsecopy.snapshot_copy import SnapshotOptions
 
 from devkit import disks
-from devkit.ebs_standin import StandIn, digest_b64
+from devkit.ebs.standin import StandIn
 from devkit.needs import python39
 from devkit.pytest_ci import needs_python39
 
@@ -59,9 +59,7 @@ def ebs() -> Iterator[StandIn]:
 
 def _start(stand_in: StandIn, size: int) -> str:
     """What start_compaction does before SendCommand: StartSnapshot of the volume's size."""
-    spec = {"VolumeSize": max(-(-size // (1 << 30)), 1), "Timeout": 240}
-    _, _, body = stand_in.start(json.dumps(spec).encode())
-    return str(json.loads(body)["SnapshotId"])
+    return str(stand_in.start_snapshot(max(-(-size // (1 << 30)), 1), Timeout=240)["SnapshotId"])
 
 
 def _client(stand_in: StandIn) -> ebs_direct.Client:
@@ -185,7 +183,7 @@ def test_the_snapshot_holds_exactly_the_blocks_a_volume_copy_writes(
     source = working_copy(pristine, tmp_path / "source.img")
     listed = _block_list(tmp_path / "list.json", source.path) if with_list else None
     snapshot_id = _start(ebs, source.size)
-    ebs.seal_seconds = 1.0  # CompleteSnapshot answers pending: verify waits for the seal
+    ebs.quirks.seal_seconds = 1.0  # CompleteSnapshot answers pending: verify waits for the seal
     with contextlib.ExitStack() as stack:
         by_id = stack.enter_context(_instance(tmp_path, {SOURCES[0]: source.path}))
         url = ""
@@ -203,7 +201,7 @@ def test_the_snapshot_holds_exactly_the_blocks_a_volume_copy_writes(
         copied = sparsecopy("copy", src, dst, *blocks_flag)
     assert copied.returncode == 0, copied.stderr
     expected = _blocks_of(target)
-    snap = ebs.snapshots[snapshot_id].advance()
+    snap = ebs.snapshot(snapshot_id)
     assert snap.status == "completed"
     replayed = re.search(REPLAYED, run.stderr)
     if listed and replayed and int(replayed.group(1)):
@@ -216,7 +214,7 @@ def test_the_snapshot_holds_exactly_the_blocks_a_volume_copy_writes(
     for index, data in expected.items():
         assert snap.blocks[index] == data, f"block {index} differs from the volume copy"
     # every block of the set put once (no faults: no retries), the all-zero ones counted
-    assert ebs.stats.requests["PutSnapshotBlock"] == len(snap.blocks)
+    assert ebs.writes.requests["PutSnapshotBlock"] == len(snap.blocks)
     zeros = [i for i, data in snap.blocks.items() if not data.strip(b"\0")]
     (volume,) = run.summary["volumes"]
     assert volume["zero_blocks"] == len(zeros) and volume["blocks_written"] == len(snap.blocks)
@@ -259,7 +257,7 @@ def test_a_corrupted_put_never_completes_and_the_error_line_names_the_snapshot(
 ) -> None:
     source = disks.build_bare_ext4(tmp_path / "a.img", size=64 * disks.MIB, seed=23)
     snapshot_id = _start(ebs, source.size)
-    ebs.corrupt_blocks = {0}  # the superblock's block: always put
+    ebs.quirks.corrupt_blocks = frozenset({0})  # the superblock's block: always put
     with _instance(tmp_path, {SOURCES[0]: source.path}) as by_id:
         run = _job(by_id, ebs, [snapshot_id])
     assert run.returncode == 1
@@ -269,8 +267,8 @@ def test_a_corrupted_put_never_completes_and_the_error_line_names_the_snapshot(
         f"sparsecopy: error: snapshot {snapshot_id} NOT completed, left pending until its "
         "timeout: block 0: ValidationException: The checksum of the block data does not match"
     )
-    assert "CompleteSnapshot" not in ebs.stats.requests
-    assert ebs.snapshots[snapshot_id].advance().status == "pending"
+    assert "CompleteSnapshot" not in ebs.writes.requests
+    assert ebs.snapshot(snapshot_id).status == "pending"
 
 
 @pytest.mark.needs_root
@@ -335,7 +333,7 @@ def _copy(device: str, stand_in: StandIn, **changes: Any) -> tuple[str, dict[str
 def test_persistent_throttling_never_completes(
     small: disks.DiskImage, tmp_path: Path, ebs: StandIn
 ) -> None:
-    ebs.throttle_all = True
+    ebs.quirks.throttle_all = True
     with _source(small, tmp_path) as device, pytest.raises(Failure) as failed:
         _copy(device, ebs)
     (snapshot_id,) = ebs.snapshots
@@ -343,7 +341,7 @@ def test_persistent_throttling_never_completes(
         f"snapshot {snapshot_id} NOT completed, left pending until its timeout: block "
     )
     assert "RequestThrottledException" in str(failed.value)
-    assert "CompleteSnapshot" not in ebs.stats.requests
+    assert "CompleteSnapshot" not in ebs.writes.requests
     assert ebs.snapshots[snapshot_id].blocks == {}
 
 
@@ -352,16 +350,16 @@ def test_persistent_throttling_never_completes(
 def test_throttled_failed_and_dropped_puts_ride_through_and_complete(
     small: disks.DiskImage, tmp_path: Path, ebs: StandIn
 ) -> None:
-    ebs.throttle_puts, ebs.fail_puts, ebs.drop_puts = 6, 3, 2
+    ebs.quirks.throttled_puts, ebs.quirks.failed_puts, ebs.quirks.dropped_puts = 6, 3, 2
     with _source(small, tmp_path) as device:
         snapshot_id, result = _copy(device, ebs, verify=True)
-    snap = ebs.snapshots[snapshot_id].advance()
+    snap = ebs.snapshot(snapshot_id)
     assert snap.status == "completed" and result["snapshot_status"] == "completed"
     assert result["blocks_put"] == len(snap.blocks) > 0
     # 6 + 3 + 2; on a loaded machine the stand-in (listen backlog 5) may also reset a few of the
     # 64 connections as they open: transport errors, retried as well
     assert cast(int, result["retries"]) >= 11
-    assert ebs.stats.throttled == 6
+    assert ebs.writes.puts_throttled == 6
 
 
 @pytest.mark.needs_root
@@ -381,7 +379,10 @@ def test_at_least_64_puts_are_kept_in_flight_whatever_the_jobs(tmp_path: Path) -
     assert result["zero_blocks"] == 96 * disks.MIB // BLOCK - (2 * limit + 19)
     assert result["puts_in_flight"] == limit == 64
     # all 64 workers are busy for a 1 s put (a loaded machine may start the last few late)
-    assert limit * 3 // 4 <= slow.stats.max_in_flight <= limit and slow.stats.rejected == 0
+    assert (
+        limit * 3 // 4 <= slow.writes.max_in_flight <= limit
+        and slow.writes.concurrent_limit_served == 0
+    )
 
 
 @pytest.mark.needs_root
@@ -389,16 +390,16 @@ def test_at_least_64_puts_are_kept_in_flight_whatever_the_jobs(tmp_path: Path) -
 def test_verify_catches_a_snapshot_that_reads_back_other_data(
     small: disks.DiskImage, tmp_path: Path, ebs: StandIn
 ) -> None:
-    real = ebs.get_block
+    real = ebs.store.read
 
-    def other(snap: Any, index: int, token: str) -> tuple[int, dict[str, str], bytes]:
-        status, headers, data = real(snap, index, token)
-        if index == max(snap.blocks):  # the last put block comes back altered, checksum and all
+    def other(snapshot_id: str, index: int) -> bytes:
+        data = real(snapshot_id, index)
+        if index == max(ebs.snapshots[snapshot_id].blocks):
+            # the last put block comes back altered (the emulator sends its checksum along)
             data = data[:-1] + bytes([data[-1] ^ 1])
-            headers = {**headers, "x-amz-Checksum": digest_b64(data)}
-        return status, headers, data
+        return data
 
-    ebs.get_block = other  # type: ignore[method-assign]
+    ebs.store.read = other  # type: ignore[method-assign]
     with _source(small, tmp_path) as device, pytest.raises(Failure) as failed:
         _copy(device, ebs, verify=True)
     ((snapshot_id, snap),) = ebs.snapshots.items()
@@ -420,7 +421,7 @@ def test_the_trim_method_is_refused_before_anything_is_read_or_put(
         f"snapshot {snapshot_id} NOT completed, left pending until its timeout: "
         + snapshot_copy.NO_TRIM
     )
-    assert "PutSnapshotBlock" not in ebs.stats.requests
+    assert "PutSnapshotBlock" not in ebs.writes.requests
 
 
 # ---------------------------------------------------------------- units, no root

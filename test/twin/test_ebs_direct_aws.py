@@ -1,4 +1,5 @@
-"""EBS direct as AWS behaves (twin/emulator/ebs_direct_write.py, Faults' defaults): the snapshot
+"""EBS direct as AWS behaves (devkit/ebs in the twin, twin/emulator/ebs_direct.py, Faults'
+defaults): the snapshot
 not found right after StartSnapshot, not found while it seals, a transient "Failed to read block
 data", a lost CompleteSnapshot answer and the refused repeat, PutSnapshotBlock's quota per
 snapshot and per account. First each behaviour as the emulator answers it (boto3, no retries),
@@ -24,7 +25,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from devkit.pytest_ci import require_root
-from twin.emulator import ebs_direct_write
+from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import NOT_FOUND_REQUESTS, Faults
 from twin.emulator.server import Emulator
@@ -134,7 +135,7 @@ def test_while_sealing_reads_find_no_snapshot(emu: Emulator) -> None:
     assert _code(get) == NOT_FOUND
     assert emu.state.direct.seal_not_found_served == 2
     emu.state.faults.ebs_seal_seconds = 0.0
-    ebs_direct_write.settle(emu.state, emu.ec2, now=1e12)
+    ebs_direct.settle(emu.state, emu.ec2, now=1e12)
     assert [b["BlockIndex"] for b in client.list_snapshot_blocks(SnapshotId=sid)["Blocks"]] == [4]
 
 
@@ -195,7 +196,7 @@ def test_start_snapshot_beyond_the_pending_snapshots_quota_is_refused(emu: Emula
     refused = _code(lambda: client.start_snapshot(VolumeSize=1))
     assert refused == ("ServiceQuotaExceededException", "DEPENDENCY_SERVICE_QUOTA_EXCEEDED", 402)
     client.complete_snapshot(SnapshotId=first, ChangedBlocksCount=0)
-    ebs_direct_write.settle(emu.state, emu.ec2, now=1e12)  # sealed: no longer pending
+    ebs_direct.settle(emu.state, emu.ec2, now=1e12)  # sealed: no longer pending
     client.start_snapshot(VolumeSize=1)
 
 

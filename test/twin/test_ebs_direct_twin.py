@@ -17,8 +17,8 @@ from botocore.exceptions import ClientError, ParamValidationError
 from botocore.retries.standard import ExponentialBackoff
 from twin_helpers import BASE_WRITES, holey_image
 
+from devkit.ebs import reading, wire
 from devkit.pytest_ci import require_root
-from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import THROTTLED_REQUESTS, Faults, parse
 from twin.emulator.server import Emulator
@@ -195,7 +195,7 @@ def test_max_results_below_100_returns_at_least_100(
 
 def test_without_max_results_a_page_is_100(emu: Emulator, snapshots: dict[str, str]) -> None:
     page = _client(emu).list_snapshot_blocks(SnapshotId=snapshots["250"])
-    assert len(page["Blocks"]) == ebs_direct.DEFAULT_MAX_RESULTS == 100 and page["NextToken"]
+    assert len(page["Blocks"]) == reading.DEFAULT_MAX_RESULTS == 100 and page["NextToken"]
 
 
 def test_forged_foreign_and_expired_tokens_are_refused(
@@ -203,7 +203,7 @@ def test_forged_foreign_and_expired_tokens_are_refused(
 ) -> None:
     client = _client(emu)
     token = client.list_snapshot_blocks(SnapshotId=snapshots["250"], MaxResults=100)["NextToken"]
-    forged = ebs_direct.next_token(snapshots["250"], 0, 0).replace("A", "B", 1)
+    forged = wire.next_token(snapshots["250"], 0, 0).replace("A", "B", 1)
     for sid, bad in (
         (snapshots["250"], forged),
         (snapshots["250"], "bm90IGEgdG9rZW4="),
@@ -213,10 +213,10 @@ def test_forged_foreign_and_expired_tokens_are_refused(
             client.list_snapshot_blocks(SnapshotId=sid, NextToken=bad)
         assert _error(excinfo) == ("ValidationException", "INVALID_PAGE_TOKEN", 400), bad
     # the token lives 60 minutes
-    real = ebs_direct.clock
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 59 * 60)
+    real = wire.clock
+    monkeypatch.setattr(wire, "clock", lambda: real() + 59 * 60)
     assert client.list_snapshot_blocks(SnapshotId=snapshots["250"], NextToken=token)["Blocks"]
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 61 * 60)
+    monkeypatch.setattr(wire, "clock", lambda: real() + 61 * 60)
     with pytest.raises(ClientError) as excinfo:
         client.list_snapshot_blocks(SnapshotId=snapshots["250"], NextToken=token)
     assert _error(excinfo) == ("ValidationException", "INVALID_PAGE_TOKEN", 400)

@@ -1,4 +1,4 @@
-"""EBS direct writes in the emulator (twin/emulator/ebs_direct_write.py) through boto3's `ebs`
+"""EBS direct writes in the emulator (twin/emulator/ebs_direct.py, devkit/ebs) through boto3's `ebs`
 client: StartSnapshot -> PutSnapshotBlock -> CompleteSnapshot into the twin's EC2 snapshot records
 and sparse files, the refusals AWS answers, ClientToken idempotency, throttling, the concurrency
 limit, the Timeout, GetSnapshotBlock, and a volume created from a direct snapshot. No loop
@@ -19,8 +19,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from devkit.ebs import wire
 from devkit.pytest_ci import require_root
-from twin.emulator import ebs_direct, ebs_direct_write
+from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
@@ -172,7 +173,7 @@ def test_tags_description_and_encryption_reach_describe_snapshots(emu: Emulator)
         "a": "",
     }
     plain = client.start_snapshot(VolumeSize=1, Encrypted=True)
-    assert plain["KmsKeyArn"] == ebs_direct_write.default_kms_key_arn(emu.account, emu.region)
+    assert plain["KmsKeyArn"] == wire.default_kms_key_arn(emu.account, emu.region)
     with pytest.raises(ClientError) as excinfo:
         client.start_snapshot(VolumeSize=1, KmsKeyArn=key)  # a key without Encrypted
     assert _error(excinfo)[:2] == ("ValidationException", "INVALID_PARAMETER_VALUE")
@@ -326,7 +327,7 @@ def test_more_puts_in_flight_than_the_limit(emu: Emulator) -> None:
     assert codes.count("ConcurrentLimitExceededException") == 4, codes
     ok = sorted(i for i, code in outcomes.items() if code == "ok")
     assert sorted(written_chunks(emu.snapshot_file(sid))) == ok
-    assert emu.state.direct.puts_in_flight == 0
+    assert emu.state.direct.in_flight == 0
 
 
 def test_an_open_snapshot_past_its_timeout_errors(
@@ -334,12 +335,12 @@ def test_an_open_snapshot_past_its_timeout_errors(
 ) -> None:
     client = _client(emu)
     sid = client.start_snapshot(VolumeSize=1, Timeout=10)["SnapshotId"]
-    real = ebs_direct.clock
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 9 * 60)
+    real = wire.clock
+    monkeypatch.setattr(wire, "clock", lambda: real() + 9 * 60)
     _put(client, sid, 0, _block(0))  # a put restarts the timeout
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 18 * 60)
+    monkeypatch.setattr(wire, "clock", lambda: real() + 18 * 60)
     assert _state(emu, sid) == "pending"
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 20 * 60)
+    monkeypatch.setattr(wire, "clock", lambda: real() + 20 * 60)
     snap = emu.boto3_client("ec2").describe_snapshots(SnapshotIds=[sid])["Snapshots"][0]
     assert snap["State"] == "error" and "timeout" in snap["StateMessage"]
     with pytest.raises(ClientError) as excinfo:
@@ -347,9 +348,9 @@ def test_an_open_snapshot_past_its_timeout_errors(
     assert _error(excinfo)[:2] == ("ValidationException", "INVALID_SNAPSHOT_ID")
     # a completed snapshot never times out
     done = client.start_snapshot(VolumeSize=1, Timeout=10)["SnapshotId"]
-    monkeypatch.setattr(ebs_direct, "clock", real)
+    monkeypatch.setattr(wire, "clock", real)
     _complete(client, done, {})
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 60 * 60)
+    monkeypatch.setattr(wire, "clock", lambda: real() + 60 * 60)
     _until_completed(emu, done)
 
 
@@ -498,7 +499,7 @@ def test_sparsecopy_put_snapshot_writes_a_snapshot_the_twin_completes(
     assert summary["blocks"] == len(expected) == 4
     assert summary["zero_blocks"] == 1
     assert summary["checksum"] == _linear(expected)  # the twin accepted the same aggregate
-    time.sleep(ebs_direct_write.COMPLETE_SECONDS)
+    time.sleep(ebs_direct.COMPLETE_SECONDS)
     client = _client(emu)
     page = client.list_snapshot_blocks(SnapshotId=sid)  # completed without DescribeSnapshots
     assert [b["BlockIndex"] for b in page["Blocks"]] == sorted(expected)

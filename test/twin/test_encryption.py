@@ -14,8 +14,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from twin_helpers import holey_image
 
+from devkit.ebs import wire
 from devkit.restore import absent_block
-from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.ec2_volumes import volume_path
 from twin.emulator.server import Emulator
@@ -145,7 +145,7 @@ def test_get_snapshot_block_of_a_block_the_snapshot_does_not_hold_fails(
     # even with the token the emulator would make for that index: no such block exists
     with pytest.raises(ClientError) as excinfo:
         client.get_snapshot_block(
-            SnapshotId=snap, BlockIndex=50, BlockToken=ebs_direct.block_token(snap, 50)
+            SnapshotId=snap, BlockIndex=50, BlockToken=wire.block_token(snap, 50)
         )
     error = excinfo.value.response
     assert (error["Error"]["Code"], error.get("Reason")) == (

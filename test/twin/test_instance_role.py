@@ -27,8 +27,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from devkit.ebs import wire
 from devkit.pytest_ci import require_root
-from twin.emulator import ebs_direct
 from twin.emulator.blockstore import EBS_BLOCK, written_chunks
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
@@ -135,8 +135,8 @@ def test_a_pending_direct_snapshot_may_be_refused_deletion(
     ec2.delete_snapshot(SnapshotId=taken)
     ec2.delete_volume(VolumeId=volume)
     # past its Timeout the pending one is `error`, and deleted
-    real = ebs_direct.clock
-    monkeypatch.setattr(ebs_direct, "clock", lambda: real() + 11 * 60)
+    real = wire.clock
+    monkeypatch.setattr(wire, "clock", lambda: real() + 11 * 60)
     assert ec2.describe_snapshots(SnapshotIds=[pending])["Snapshots"][0]["State"] == "error"
     ec2.delete_snapshot(SnapshotId=pending)
     assert pending not in emu.state.snapshot_files

@@ -13,7 +13,7 @@ from moto.ec2.responses.elastic_block_store import ElasticBlockStore
 
 from devkit.chunks import copy_image
 
-from . import ebs_direct_write, encryption, patching
+from . import ebs_direct, encryption, patching
 from . import state as st
 from .blockstore import EBS_BLOCK, written_chunks
 
@@ -58,7 +58,7 @@ def _advance_snapshots(emu: st.EmulatorState, backend: EBSBackend) -> None:
             snapshot: Any = backend.snapshots.get(snapshot_id)
             if snapshot is None or snapshot.status != "pending":
                 continue
-            if ebs_direct_write.still_sealing(emu, snapshot_id):
+            if ebs_direct.still_sealing(emu, backend, snapshot_id):
                 continue  # Faults.ebs_seal_seconds: polls do not end a long seal sooner
             polls += 1
             emu.snapshot_polls[snapshot_id] = polls
@@ -83,7 +83,7 @@ def snapshot_written_bytes(emu: st.EmulatorState, snapshot_id: str) -> int:
 def _describe_snapshots(self: EBSBackend, *args: Any, **kwargs: Any) -> Any:
     emu = st.ACTIVE
     if emu is not None:
-        ebs_direct_write.settle(emu, self)
+        ebs_direct.settle(emu, self)
         _advance_snapshots(emu, self)
     return _orig["describe_snapshots"](self, *args, **kwargs)
 
@@ -93,7 +93,7 @@ def _refuse_pending_direct(emu: st.EmulatorState, backend: EBSBackend, snapshot_
     (AWS documents neither answer; the twin can give both)."""
     if not emu.faults.refuse_pending_direct_delete or snapshot_id not in emu.direct.snapshots:
         return
-    ebs_direct_write.settle(emu, backend)  # one past its Timeout is `error` by now
+    ebs_direct.settle(emu, backend)  # one past its Timeout is `error` by now
     snapshot: Any = backend.snapshots.get(snapshot_id)
     if snapshot is not None and snapshot.status == "pending":
         with emu.lock:

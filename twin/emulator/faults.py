@@ -173,10 +173,11 @@ class Faults:
     # of each state.
     throttle_states: tuple[str, ...] = ()
     throttled_requests: int = THROTTLED_REQUESTS
-    # EBS direct writes (ebs_direct_write.py): the first `ebs_throttled_puts` PutSnapshotBlock
-    # requests are answered RequestThrottledException; more than `ebs_max_puts_in_flight` puts
-    # being served at once (0: no limit) are answered ConcurrentLimitExceededException; each put
-    # takes `ebs_put_latency` seconds (so that puts overlap as they do against AWS).
+    # EBS direct (ebs_direct.py, the emulator's Quirks): the first `ebs_throttled_puts`
+    # PutSnapshotBlock requests are answered RequestThrottledException; more than
+    # `ebs_max_puts_in_flight` EBS direct requests being served at once (0: no limit) are answered
+    # ConcurrentLimitExceededException; each takes `ebs_put_latency` seconds (so that puts
+    # overlap as they do against AWS).
     ebs_throttled_puts: int = 0
     ebs_max_puts_in_flight: int = 0
     ebs_put_latency: float = 0.0
@@ -187,7 +188,7 @@ class Faults:
     # The first `ebs_corrupt_puts` PutSnapshotBlock bodies arrive with a byte flipped (corrupted
     # in transit): the checksum the client sent no longer matches, the put is refused.
     ebs_corrupt_puts: int = 0
-    # AWS's EBS direct behaviours (ebs_direct_write.py), harsh by default:
+    # AWS's EBS direct behaviours (devkit/ebs/quirks.py), harsh by default:
     # the first `ebs_not_found_requests` puts/completions of a new direct snapshot answer
     # ResourceNotFoundException, as AWS does for up to ~2 minutes after StartSnapshot;
     ebs_not_found_requests: int = NOT_FOUND_REQUESTS

@@ -6,11 +6,10 @@
   `RequestLimitExceeded` (HTTP 503), STS `Throttling` (400), the JSON services (SSM, EventBridge,
   KMS, Step Functions) `ThrottlingException` (400), EBS direct `RequestThrottledException` (400,
   Reason ACCOUNT_THROTTLED, as botocore's ebs model declares it), S3 `SlowDown` (503).
-- EBS direct `ListSnapshotBlocks` (`GET /snapshots/{id}/blocks` signed for `ebs`) of the twin's EC2
-  snapshots is answered by ebs_direct.py (after the throttle check, so `throttle@STATE` reaches
-  it); StartSnapshot, PutSnapshotBlock, CompleteSnapshot and GetSnapshotBlock are answered by
-  ebs_direct_write.py into the same EC2 snapshot records and sparse files (moto's own `ebs`
-  backend, blocks in memory, is left with ListChangedBlocks only).
+- EBS direct requests (signed for `ebs`) but ListChangedBlocks are answered by ebs_direct.py,
+  the EBS emulator over the twin's EC2 snapshot records and sparse files (after the throttle
+  check, so `throttle@STATE` reaches them; moto's own `ebs` backend, blocks in memory, is left
+  with ListChangedBlocks only).
 - S3 requests and presigned URLs signed with Signature Version 2 are refused (s3_twin.py).
 - `/_twin/settle`: the runner POSTs it after a Wait that lasts 30 s or more in AWS: the
   eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
@@ -30,10 +29,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
-from moto.ebs.models import ebs_backends
 from moto.ec2.models import ec2_backends
 
-from . import ebs_direct, ebs_direct_write, map_runs, s3_twin
+from devkit.ebs import wire
+
+from . import ebs_direct, map_runs, s3_twin
 from . import state as st
 from .ec2_twin import interrupt_spot_instance
 
@@ -71,14 +71,15 @@ def throttling_response(service: str) -> tuple[str, list[tuple[str, str]], bytes
         )
         return "400 Bad Request", [("Content-Type", "text/xml")], body.encode()
     if service == "ebs":
-        return ebs_direct.error_response(
-            ebs_direct.EbsError(
-                "400 Bad Request",
+        status, headers, answer = wire.error_response(
+            wire.EbsError(
+                400,
                 "RequestThrottledException",
                 "ACCOUNT_THROTTLED",
                 "The request rate exceeds the limit for this account.",
             )
         )
+        return wire.status_line(status), headers, answer
     if service == "s3":
         return s3_twin.throttling_response()
     body = json.dumps({"__type": "ThrottlingException", "message": "Rate exceeded"})
@@ -143,15 +144,9 @@ class Middleware:
         if emu is not None:
             service = service_of(environ)
             if service == "ebs":
-                direct = ebs_direct_write.answer(environ, self.account, self.region)
+                direct = ebs_direct.answer(environ, self.account, self.region)
                 if direct is not None:
                     return _send(start_response, *direct)
-                snapshot_id = ebs_direct.list_snapshot_blocks_path(environ)
-                if snapshot_id is not None and not self._direct_api_snapshot(snapshot_id):
-                    return _send(
-                        start_response,
-                        *ebs_direct.answer(snapshot_id, environ, lambda s: self._snapshot(emu, s)),
-                    )
             if (service in ("s3", "")) and s3_twin.is_sigv2(environ):
                 return _send(start_response, *s3_twin.sigv2_refusal())
             if service == "s3":
@@ -162,21 +157,6 @@ class Middleware:
                 if refusal is not None:
                     return _send(start_response, *refusal)
         return self.app(environ, start_response)  # type: ignore[no-any-return]
-
-    def _direct_api_snapshot(self, snapshot_id: str) -> bool:
-        """A snapshot made with the EBS direct APIs (moto's own `ebs` backend answers it)."""
-        return snapshot_id in ebs_backends[self.account][self.region].snapshots
-
-    def _snapshot(self, emu: st.EmulatorState, snapshot_id: str) -> tuple[str, int, Any] | None:
-        """(state, volume size GiB, sparse file) of one of the twin's EC2 snapshots."""
-        backend = ec2_backends[self.account][self.region]
-        if ebs_direct_write.hidden_while_sealing(emu, backend, snapshot_id):
-            return None  # not found while EBS seals it (coldsnap #141)
-        snapshot = backend.snapshots.get(snapshot_id)
-        path = emu.snapshot_files.get(snapshot_id)
-        if snapshot is None or path is None:
-            return None
-        return str(snapshot.status), int(snapshot.volume.size), path
 
     def _control(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)

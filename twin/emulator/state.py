@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devkit.ebs.quirks import DirectWrites
 from devkit.loop import LoopDevices
 
 from .command_runs import CommandRun, stop
-from .direct_snapshots import DirectWrites
 from .encryption import FilledVolume
 from .faults import Faults
 
@@ -78,7 +78,7 @@ class EmulatorState:
     # s3_twin.py: function name -> the buckets it may s3:ListBucket on a GetObject (twin/deploy.py);
     # a missing key in any other bucket is 403 AccessDenied for it
     s3_listable: dict[str, frozenset[str]] = field(default_factory=dict)
-    # ebs_direct_write.py: snapshots written with StartSnapshot/PutSnapshotBlock/CompleteSnapshot
+    # ebs_direct.py (devkit/ebs): snapshots written with the EBS direct APIs
     direct: DirectWrites = field(default_factory=DirectWrites)
     # ec2_tags.py: every tag ever put on each snapshot (kept after a tag is removed or the
     # snapshot deleted): whether a snapshot was ever tagged delivered
