@@ -186,6 +186,13 @@ def schema_table(schema: dict[str, Any]) -> str:
     return table(["key", "type", "default", "meaning", "checked"], rows)
 
 
+def summary_line_table(entry: str = "volume") -> str:
+    """docs/contract.md: a volume's entry of the data plane's summary line (`inspectedVolume`: of
+    a dry run's), from its schema (compactor.schemas puts the shared count definition in place)."""
+    schemas = importlib.import_module("compactor.schemas")
+    return schema_table(schemas.load(schemas.SUMMARY, f"/definitions/{entry}"))
+
+
 def checkov_table() -> str:
     """docs/deploy.md: the checkov checks the templates fail on purpose
     (lib/checkov-suppressions.json; lib/checkov-suppressions.ts writes them into the Metadata)."""
@@ -299,6 +306,8 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "batch-limits": lambda: limits_table(("batch", "ebs")),
     "contract-errors": errors_table,
     "contract-execution-input": execution_input_table,
+    "contract-summary-line": summary_line_table,
+    "contract-inspect-line": lambda: summary_line_table("inspectedVolume"),
     "batch-selector": batch_selector_table,
     "settings": settings_table,
     "checkov-suppressions": checkov_table,

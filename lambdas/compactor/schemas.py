@@ -20,6 +20,8 @@ from compactor import contract
 EXECUTION_INPUT = "execution-input.schema.json"
 PLAN = "plan.schema.json"
 REPORT = "report.schema.json"
+# the data plane's standard output line (ssm-documents/sparsecopy/summary.py)
+SUMMARY = "summary.schema.json"
 
 
 def result_schema(module: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from devkit import chunks, disks
@@ -19,6 +20,18 @@ from devkit import chunks, disks
 # (sparsecopy) on sys.path.
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "ssm-documents" / "sparsecopy"
+SUMMARY_SCHEMA = json.loads((REPO / "contract" / "schemas" / "summary.schema.json").read_text())
+
+
+def follows_the_contract(line: dict) -> dict:
+    """line, checked against contract/schemas/summary.schema.json: the job's standard output
+    line (a copy's, an inspection's, or the error line, definitions/errorLine) as
+    check_compaction accepts it; jsonschema.ValidationError else."""
+    schema = SUMMARY_SCHEMA
+    if "error" in line:
+        schema = {"$ref": "#/definitions/errorLine", "definitions": schema["definitions"]}
+    jsonschema.validate(line, schema, cls=jsonschema.Draft7Validator)
+    return line
 
 
 @dataclass

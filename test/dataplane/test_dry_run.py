@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import attached, blank_like, sparsecopy
+from conftest import attached, blank_like, follows_the_contract, sparsecopy
 from sparsecopy import job
 
 from devkit import disks
@@ -112,7 +112,7 @@ def test_the_job_in_inspect_mode_writes_nothing_and_prints_one_line(
         )
     assert run.returncode == 0, run.stderr
     assert [_sha(p) for p in images] == before
-    line = run.summary
+    line = follows_the_contract(run.summary)
     assert line["mode"] == "inspect"
     assert [v["sourceVolumeId"] for v in line["volumes"]] == SOURCES
     for entry, image in zip(line["volumes"], images, strict=True):
@@ -145,7 +145,7 @@ def test_inspect_mode_never_looks_for_a_target() -> None:
     steps = job.Steps(find=find, inspect=inspect, copy=lambda _: pytest.fail("copied"))
     code, line = job.run(options._replace(mode="inspect"), steps)
     assert code == 0 and found == SOURCES
-    parsed = json.loads(line)
+    parsed = follows_the_contract(json.loads(line))
     assert parsed["volumes"][1] == {
         "sourceVolumeId": SOURCES[1],
         "size": 8 << 30,
@@ -164,7 +164,7 @@ def test_an_inspect_failure_is_the_error_line_of_its_volume() -> None:
     options = job.JobOptions(SOURCES[0], SOURCES[0], "/dev/sdf", "/dev/sdf", mode="inspect")
     code, line = job.run(options, job.Steps(find=lambda v, n: f"/dev/{v}", inspect=inspect))
     assert code == 1
-    assert json.loads(line) == {
+    assert follows_the_contract(json.loads(line)) == {
         "error": f"sparsecopy: error: source /dev/{SOURCES[0]} is mounted",
         "sourceVolumeId": SOURCES[0],
     }

@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROGRAM, Run, attached, blank_like, sparsecopy
+from conftest import (
+    PROGRAM,
+    REPO,
+    Run,
+    attached,
+    blank_like,
+    follows_the_contract,
+    sparsecopy,
+)
+from jsonschema import ValidationError
 from sparsecopy import bundle, job, summary
 from sparsecopy.device import BY_ID_PREFIX
 from sparsecopy.disk_copy import CopyOptions
@@ -127,7 +136,7 @@ class Instance:
 
 def _line(line: str) -> dict:
     assert "\n" not in line and line.isascii()
-    return json.loads(line)
+    return follows_the_contract(json.loads(line))
 
 
 # ---------------------------------------------------------------- the volume loop
@@ -764,7 +773,7 @@ def test_the_zipped_job_copies_every_volume_with_its_block_list(
             program=pyz,
         )
     assert run.returncode == 0, run.stderr
-    first, second = run.summary["volumes"]
+    first, second = follows_the_contract(run.summary)["volumes"]
     assert (first["sourceVolumeId"], first["held_blocks"], first["verified"]) == (
         SOURCES[0],
         3,
@@ -791,7 +800,7 @@ def test_the_job_names_the_volume_whose_target_is_not_blank(tmp_path: Path) -> N
     ) as by_id:
         run = _run_job(by_id, 2)
     assert run.returncode == 1
-    line = run.summary
+    line = follows_the_contract(run.summary)
     assert line["sourceVolumeId"] == SOURCES[1]
     assert line["error"].startswith("sparsecopy: error: target /dev/loop")
     assert line["error"].endswith(
@@ -805,7 +814,7 @@ def test_the_job_names_a_volume_that_is_not_attached(tmp_path: Path) -> None:
     with _instance(tmp_path, {SOURCES[0]: _disk(tmp_path / "a.img", {1: 1})}) as by_id:
         run = _run_job(by_id, 1)
     assert run.returncode == 1
-    assert run.summary == {
+    assert follows_the_contract(run.summary) == {
         "error": f"sparsecopy: error: volume {TARGETS[0]} is not attached to this instance (no "
         f"NVMe device with serial {TARGETS[0].replace('-', '')} or as /dev/sdp): attach it or "
         "wait for the attachment to finish",
@@ -826,10 +835,36 @@ def test_the_job_line_keeps_what_the_report_reads_from_a_real_copy(tmp_path: Pat
     with _instance(tmp_path, {SOURCES[0]: source, TARGETS[0]: by_job}) as by_id:
         run = _run_job(by_id, 1)
     assert run.returncode == 0, run.stderr
-    (volume,) = run.summary["volumes"]
+    (volume,) = follows_the_contract(run.summary)["volumes"]
     full = copied.summary
     for key in ("source_bytes_read", "target_bytes_written", "outside_partitions_bytes", "table"):
         assert volume[key] == full[key]
     assert volume["verified"] is True
     assert volume["partition_count"] == len(full["partitions"])
     assert by_job.read_bytes() == by_copy.read_bytes() == source.read_bytes()
+
+
+def test_the_recorded_real_runs_follow_the_contract() -> None:
+    """The twin's recording of real jobs on loop devices (twin/data_plane_recording.json, made
+    by `sudo make twin-record`): each line is one check_compaction accepts."""
+    runs = json.loads((REPO / "twin" / "data_plane_recording.json").read_text())["runs"]
+    assert runs
+    for name, run in runs.items():
+        (line,) = run["stdout"].splitlines()
+        assert _line(line)["volumes"], name
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"held_blocks": -1}, "less than the minimum"),
+        ({"seconds": "1.5"}, "is not of type"),
+        ({"extra": 1}, "Additional properties"),
+    ],
+)
+def test_a_line_the_contract_does_not_describe_fails_the_check(change: dict, message: str) -> None:
+    line, _ = summary.join(SOURCES[:1], TARGETS[:1], [_rich_summary(1, 2, "")])
+    parsed = json.loads(line)
+    parsed["volumes"][0] |= change
+    with pytest.raises(ValidationError, match=message):
+        follows_the_contract(parsed)

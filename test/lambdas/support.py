@@ -115,3 +115,35 @@ def checked_handler(module: str, handler: Callable[..., Any]) -> Callable[..., A
         return result
 
     return checked
+
+
+def summary_volume(source_volume_id: str, **fields: Any) -> dict[str, Any]:
+    """One volume's entry of the data plane's summary line as `sparsecopy job` prints it
+    (contract/schemas/summary.schema.json): a target volume's copy of a one-partition disk,
+    `fields` changed."""
+    entry: dict[str, Any] = {
+        "sourceVolumeId": source_volume_id,
+        "sourceConsistent": True,
+        "targetVolumeId": "vol-0fedcba9876543210",
+        "targetSnapshotId": None,
+        "source_bytes_read": 1_048_576,
+        "target_bytes_written": 524_288,
+        "blocks_put": None,
+        "blocks_written": 1,
+        "zero_blocks": 0,
+        "outside_partitions_bytes": 0,
+        "held_blocks": None,
+        "held_blocks_read": None,
+        "verified": True,
+        "seconds": 1.5,
+        "table": "none",
+        "partition_count": 1,
+        "methods": {"allocated": 1},
+        "fsck": {"clean": 1},
+        "note_count": 0,
+        "notes": [],
+    }
+    unknown = set(fields) - set(entry)
+    if unknown:
+        raise KeyError(f"no such key in a summary entry: {sorted(unknown)}")
+    return entry | fields

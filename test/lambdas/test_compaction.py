@@ -17,7 +17,7 @@ from conftest import (
     ready_instance,
     serve_snapshot_blocks,
 )
-from support import capture, error_response, respond
+from support import capture, error_response, respond, summary_volume
 
 
 def start(
@@ -206,18 +206,9 @@ def test_other_errors_still_raise(world: World) -> None:
 def test_success_gives_the_summary_line(world: World) -> None:
     plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
     command = start(world, plan, instance, ready)
+    pair = ready["volumes"][0]
     summary = {
-        "volumes": [
-            {
-                "sourceVolumeId": ready["volumes"][0]["sourceVolumeId"],
-                "targetVolumeId": ready["volumes"][0]["targetVolumeId"],
-                "source_bytes_read": 1_048_576,
-                "target_bytes_written": 524_288,
-                "partitions": [],
-                "verified": True,
-                "seconds": 1.5,
-            }
-        ]
+        "volumes": [summary_volume(pair["sourceVolumeId"], targetVolumeId=pair["targetVolumeId"])]
     }
     invocation("Success", stdout=json.dumps(summary) + "\n")
     assert check(world, instance, command) == {
@@ -226,6 +217,28 @@ def test_success_gives_the_summary_line(world: World) -> None:
         "summary": summary,
         "progress": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"source_bytes_read": "1048576"}, "source_bytes_read must be integer or null"),
+        ({"partitions": []}, "must not contain {'partitions'} properties"),
+        ({"methods": {"copied": 1}}, "methods must be named by propertyName definition"),
+    ],
+)
+def test_a_summary_line_of_another_shape_is_a_failure_naming_the_key(
+    world: World, change: dict[str, Any], named: str
+) -> None:
+    """The report reads the line's counts: a line the contract does not describe is not trusted."""
+    plan, instance, ready = ready_instance(world, {"snapshotId": world.snapshot()})
+    command = start(world, plan, instance, ready)
+    entry = summary_volume(ready["volumes"][0]["sourceVolumeId"]) | change
+    invocation("Success", stdout=json.dumps({"volumes": [entry]}) + "\n")
+    with pytest.raises(errors.CompactionFailed) as caught:
+        check(world, instance, command)
+    assert "does not follow contract/schemas/summary.schema.json" in str(caught.value)
+    assert named in str(caught.value), str(caught.value)
 
 
 def test_success_without_a_summary_is_a_failure(world: World) -> None:

@@ -5,6 +5,7 @@ from the previous poll, and never the reason a poll fails."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from compactor import aws
 from compactor.handlers import check_compaction
 from compactor.ssm import progress
 from conftest import World
-from support import capture, error_response, respond
+from support import capture, error_response, respond, summary_volume
 
 GROUP = "/compactor-test/commands"  # conftest's COMMAND_LOG_GROUP
 COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
@@ -141,7 +142,8 @@ def test_finished_command_takes_progress_from_the_log_not_the_cut_output(world: 
     write_log(
         instance, [early.strip(), line("copy", "100.0", 100, 100), line("verify", "100.0", 9, 9)]
     )
-    invocation("Success", stdout='{"volumes": []}\n', stderr=early[:8000])
+    line_out = json.dumps({"volumes": [summary_volume("vol-0123456789abcdef0")]})
+    invocation("Success", stdout=line_out + "\n", stderr=early[:8000])
     result = check(world, instance)
     assert result["done"] is True
     assert result["progress"]["phase"] == "verify"

@@ -28,7 +28,7 @@ from conftest import (
     ready_instance,
     serve_snapshot_blocks,
 )
-from support import capture, error_response, on_params, respond
+from support import capture, error_response, on_params, respond, summary_volume
 from test_sweep import config as sweep_config
 from test_sweep import entry as sweep_entry
 from test_sweep import later, machine  # noqa: F401 (the fixture)
@@ -377,7 +377,7 @@ def answer_invocation(status: str, summary: dict[str, Any] | None = None) -> Non
 def summary_naming(*snapshot_ids: str | None) -> dict[str, Any]:
     return {
         "volumes": [
-            {"sourceVolumeId": f"vol-{n}", "targetVolumeId": None, "targetSnapshotId": s}
+            summary_volume(f"vol-{n}", targetVolumeId=None, targetSnapshotId=s)
             for n, s in enumerate(snapshot_ids)
         ]
     }

@@ -128,7 +128,7 @@ def test_check_compaction_returns_the_inspect_line_unchanged(world: World) -> No
     _, attached, _, sent = _dry_run_to_the_command(world, {"snapshotId": world.snapshot()})
     line = {
         "mode": "inspect",
-        "volumes": [_inspected(attached["volumes"][0]["sourceVolumeId"], 61, 9)],
+        "volumes": [_inspected(attached["volumes"][0]["sourceVolumeId"], 61, 9 * BLOCK)],
     }
     invocation("Success", stdout=json.dumps(line) + "\n")
     instance = {"instanceId": sent[0]["InstanceIds"][0]}

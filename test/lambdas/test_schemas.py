@@ -201,3 +201,8 @@ def _schema_types(schema: dict[str, Any]) -> frozenset[str] | None:
         return None
     kinds = schema["type"]
     return frozenset([kinds] if isinstance(kinds, str) else kinds)
+
+
+def test_the_summary_line_holds_at_most_a_jobs_volumes() -> None:
+    volumes = schemas.load(schemas.SUMMARY)["properties"]["volumes"]
+    assert (volumes["minItems"], volumes["maxItems"]) == (1, contract.limit("maxVolumesPerJob"))

@@ -32,7 +32,7 @@ from conftest import (
     source_image,
     ssm_ping,
 )
-from support import capture, respond
+from support import capture, respond, summary_volume
 
 TIMINGS = {"start": "2026-11-21T10:00:00Z", "prepare": "2026-11-21T10:00:01Z"}
 
@@ -47,13 +47,13 @@ def command_succeeds() -> None:
         targets = parameters["TargetSnapshotIds" if direct else "TargetVolumeIds"][0].split(",")
         line = {
             "volumes": [
-                {
-                    "sourceVolumeId": s,
-                    "targetVolumeId": None if direct else t,
-                    "targetSnapshotId": t if direct else None,
-                    "source_bytes_read": 100 * (n + 1),
-                    "target_bytes_written": 10 * (n + 1),
-                }
+                summary_volume(
+                    s,
+                    targetVolumeId=None if direct else t,
+                    targetSnapshotId=t if direct else None,
+                    source_bytes_read=100 * (n + 1),
+                    target_bytes_written=10 * (n + 1),
+                )
                 for n, (s, t) in enumerate(zip(sources, targets, strict=True))
             ]
         }

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aws_lambda_powertools.utilities.validation.exceptions import SchemaValidationError
 from botocore.exceptions import ClientError
 
-from compactor import aws, direct_snapshots, source_blocks
+from compactor import aws, direct_snapshots, schemas, source_blocks
 from compactor.config import Config
 from compactor.ec2.instances import describe, instance_arn, raise_if_lost
 from compactor.errors import CompactionFailed, InstanceNotReady, InvalidInput, SnapshotFailed
@@ -234,6 +235,7 @@ def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionRe
                 'the Command document succeeded but printed no {"volumes": [...]} summary '
                 f"line (stdout ends with {stdout[-300:]!r}): check the command log group"
             )
+        _check_summary(summary)
         return {"done": True, "status": status, "summary": summary, "progress": latest}
     report = _last_json_line(stdout) or {}
     if isinstance(report.get("error"), str):
@@ -244,6 +246,20 @@ def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionRe
         f"the Command document ended {invocation.get('StatusDetails', status)} without an error "
         f"line{': ' + stderr_tail[0] if stderr_tail else ''}: check the command log group"
     )
+
+
+def _check_summary(summary: dict[str, Any]) -> None:
+    """CompactionFailed unless the line follows contract/schemas/summary.schema.json: the report
+    reads its counts, and a line of another shape means the program is not this stack's."""
+    try:
+        schemas.validate(summary, schemas.SUMMARY)
+    except SchemaValidationError as error:
+        raise CompactionFailed(
+            "the Command document succeeded but its summary line does not follow "
+            f"contract/schemas/summary.schema.json ({error.validation_message}): "
+            "the program on the instance is not the one this stack ships, or a data-plane bug; "
+            "nothing is delivered"
+        ) from None
 
 
 def _not_done_yet(
