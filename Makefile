@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 
-.PHONY: setup test check lint lint-docs docs demo bench clean
+.PHONY: setup test check lint lint-docs docs generate demo bench clean
 # apt, npm and pip share nothing: run_lanes makes them side by side (-j4), each one's output whole;
 # `make test` makes checkov's venv there too, while the set-up waits on the network.
 setup: $(STAMPS)/apt $(STAMPS)/npm $(STAMPS)/venv
@@ -42,19 +42,26 @@ include mk/lambdas.mk mk/cdk.mk mk/dataplane.mk mk/twin.mk mk/bench.mk mk/boot.m
 
 lint: setup lint-docs lint-lambdas lint-cdk lint-dataplane lint-twin lint-bench lint-boot lint-client
 
-# Generated Markdown blocks match contract/ and the code (devkit/docs.py), every relative link
-# resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
+# Generated Markdown blocks (devkit/docs.py) and source files (devkit/generate.py) match contract/
+# and the code, every relative link resolves, and no function of product code is over 60 lines. devkit/ itself is linted (ruff, mypy
 # --strict) by lint-devkit (mk/devkit.mk, run by lint-dataplane).
 # Renderers import the task Lambdas' package (compactor) from lambdas/, as Lambda does from its code root.
 DOCS := PYTHONPATH=lambdas $(PY) -m devkit.docs
 lint-docs: setup
 	$(DOCS) --check
+	$(GENERATE) --check
 	$(PY) -m devkit.links
 	$(PY) -m devkit.function_length
 
 # Rewrites every generated block (tables from contract/*.json, the size table, the workflow table).
 docs: setup
 	$(DOCS)
+
+# Rewrites every source file generated from contract/ (devkit/generate.py: the data plane's
+# constants module); lint-docs fails while one is stale.
+GENERATE := $(PY) -m devkit.generate
+generate: setup
+	$(GENERATE)
 
 # `make test` (CI, .ci/run): everything, from the set-up to the real disks, the QEMU boots and the
 # twin; `make check`: lint and the unit-level tests of every area (TIER=unit), for the inner loop.

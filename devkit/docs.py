@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from devkit import generate
 from devkit.markdown import table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +123,22 @@ def limits_table(prefix: str | tuple[str, ...] = "") -> str:
         if name.startswith(prefix)
     ]
     return table(["limit", "value", "meaning"], rows)
+
+
+def dataplane_table() -> str:
+    """docs/contract.md: what the data-plane program shares (contract/dataplane.json), with the
+    name it has in the program (devkit.generate writes sparsecopy/shared.py)."""
+    own = contract("dataplane")["constants"]
+    rows = [
+        [
+            f"`{name}`",
+            f"`{generate.constant_name(name)}`",
+            f"{number(entry['value'])} {entry['unit']}",
+            entry["description"] if name in own else "a limit (above)",
+        ]
+        for name, entry in generate.dataplane_entries()
+    ]
+    return table(["name", "in sparsecopy/shared.py", "value", "meaning"], rows)
 
 
 def errors_table() -> str:
@@ -305,6 +322,7 @@ REGISTRY: dict[str, Callable[[], str]] = {
     # the batch's own limits and the EBS quotas a batch is sized against
     "batch-limits": lambda: limits_table(("batch", "ebs")),
     "contract-errors": errors_table,
+    "contract-dataplane": dataplane_table,
     "contract-execution-input": execution_input_table,
     "contract-summary-line": summary_line_table,
     "contract-inspect-line": lambda: summary_line_table("inspectedVolume"),

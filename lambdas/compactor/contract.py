@@ -97,6 +97,15 @@ def limit_value(name: str) -> float:
     return float(limits()[name]["value"])
 
 
+def dataplane_constant(name: str) -> int:
+    """A constant of contract/dataplane.json (what the data-plane program shares with the
+    Lambdas; the program reads it from its generated sparsecopy/shared.py)."""
+    value = load("dataplane")["constants"][name]["value"]
+    if not isinstance(value, int):
+        raise TypeError(f"data-plane constant {name} is {value!r}, not a whole number")
+    return value
+
+
 def variables() -> list[Variable]:
     return cast(list[Variable], load("environment")["variables"])
 

@@ -34,7 +34,8 @@ from compactor import aws, contract
 from compactor.models import BlockListVolume, Plan, SourceBlocksResult
 from compactor.observability import logger
 
-BLOCK_SIZE = 524_288  # what ListSnapshotBlocks returns as BlockSize and sparsecopy insists on
+# what ListSnapshotBlocks returns as BlockSize and sparsecopy insists on
+BLOCK_SIZE = contract.dataplane_constant("ebsBlockBytes")
 PAGE_SIZE = contract.limit("blockListPageSize")  # ListSnapshotBlocks' largest MaxResults
 PAGES_PER_SECOND = contract.limit_value("blockListPagesPerSecond")
 # listing time per call; the Lambda timeout (contract/tasks.json) leaves room to write the objects

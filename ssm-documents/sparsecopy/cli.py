@@ -17,7 +17,9 @@ from .errors import Failure
 from .plan import ALLOCATED, METHODS
 from .progress import log
 from .put_snapshot import PutOptions, put_snapshot
+from .shared import JOBS_MAX, JOBS_MIN
 
+JOBS_HELP = f"reads in flight ({JOBS_MIN}-{JOBS_MAX})"
 BLOCKS_HELP = (
     "JSON (optionally gzipped) list of the 512 KiB blocks the source's snapshot holds "
     "(ListSnapshotBlocks: BlockSize, VolumeSize, Blocks and/or BlockRanges): "
@@ -31,7 +33,7 @@ def _add_copy(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> Non
     copy.add_argument("target")
     copy.add_argument("--method", choices=METHODS, default=ALLOCATED)
     copy.add_argument("--scratch", default=DEFAULT_SCRATCH, help="directory for trim images")
-    copy.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="reads in flight (1-64)")
+    copy.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=JOBS_HELP)
     copy.add_argument("--verify", action="store_true", help="re-read and fsck the target")
     copy.add_argument("--source-blocks", metavar="FILE", help=BLOCKS_HELP)
 
@@ -59,7 +61,7 @@ def _add_job(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
         help="--target snapshot: comma list of the started snapshots, job order",
     )
     run.add_argument("--method", choices=METHODS, default=ALLOCATED)
-    run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="reads in flight (1-64)")
+    run.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=JOBS_HELP)
     run.add_argument("--verify", choices=("true", "false"), default="true")
     run.add_argument(
         "--source-blocks-url",

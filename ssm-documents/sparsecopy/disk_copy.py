@@ -20,6 +20,7 @@ from .errors import Failure
 from .extents import total
 from .plan import ALLOCATED, TRIM, DiskPlan, MetaReader, Scratch, check_scratch, plan_disk
 from .progress import Progress, log
+from .shared import JOBS_DEFAULT, JOBS_MAX, JOBS_MIN
 from .source_blocks import BlockList, Held, against_device, load
 from .trim import Trimmed, copy_trimmed, staged_extents
 from .verify import fsck_all
@@ -29,7 +30,7 @@ HEAD = 1024 * 1024  # written last, so an unfinished target holds no recognisabl
 ALIGN = 4096  # the failure mark's size
 FAILED_MARK = b"SPARSECOPY-FAILED\n"
 DEFAULT_SCRATCH = "/var/tmp"
-DEFAULT_JOBS = 16
+DEFAULT_JOBS = JOBS_DEFAULT
 T = TypeVar("T")
 
 
@@ -120,10 +121,14 @@ def _marking_failure(target_fd: int, write: Callable[[], T]) -> T:
         raise
 
 
+def check_jobs(jobs: int) -> None:
+    if not JOBS_MIN <= jobs <= JOBS_MAX:
+        raise Failure(f"--jobs {jobs} is out of range: use {JOBS_MIN} to {JOBS_MAX}")
+
+
 def _preflight(options: CopyOptions) -> Optional[BlockList]:
     """Every check that needs no open device; the block list, parsed."""
-    if not 1 <= options.jobs <= 64:
-        raise Failure(f"--jobs {options.jobs} is out of range: use 1 to 64")
+    check_jobs(options.jobs)
     if os.path.realpath(options.source) == os.path.realpath(options.target):
         raise Failure("source and target are the same device")
     check_device(options.source, "source")

@@ -26,6 +26,7 @@ from .ebs_direct import BLOCK, ApiError, Client, aggregate_checksum
 from .errors import Failure
 from .extents import Extents, align, split
 from .progress import Progress, log
+from .shared import DOCUMENT_TIMEOUT_SECONDS
 
 GIB = 1 << 30
 ZEROS = bytes(BLOCK)
@@ -34,7 +35,7 @@ VERIFY_POLL_SECONDS = 2.0
 # The run's budget (the Command document passes its TimeoutSeconds): --verify waits for EBS to
 # seal the snapshot as long as the budget lasts; without one, as long as a Command may run.
 BUDGET_VARIABLE = "SPARSECOPY_BUDGET_SECONDS"
-BUDGET_DEFAULT_SECONDS = 172800.0
+BUDGET_DEFAULT_SECONDS = float(DOCUMENT_TIMEOUT_SECONDS)
 STARTED = time.monotonic()
 
 

@@ -27,7 +27,13 @@ from typing import NamedTuple, Optional
 from .blockdev import sector_size, size_of
 from .blocks import FULL, Block, BlockSet, Parts, Source
 from .copier import open_device
-from .disk_copy import DEFAULT_JOBS, check_device, check_whole_sectors, source_consistent
+from .disk_copy import (
+    DEFAULT_JOBS,
+    check_device,
+    check_jobs,
+    check_whole_sectors,
+    source_consistent,
+)
 from .ebs_direct import ApiError, Client, aggregate_checksum
 from .errors import Failure
 from .extents import total
@@ -100,8 +106,7 @@ def _open(options: SnapshotOptions, opened: contextlib.ExitStack) -> _Opened:
     """The checks copy makes on the source, then its plan (with replay) and ranges."""
     if options.method == TRIM:
         raise Failure(NO_TRIM)
-    if not 1 <= options.jobs <= 64:
-        raise Failure(f"--jobs {options.jobs} is out of range: use 1 to 64")
+    check_jobs(options.jobs)
     check_device(options.source, "source")
     blocks = load(options.source_blocks) if options.source_blocks else None
     fd = open_device(options.source, write=False)

@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from .errors import Failure
 from .extents import Extents, intersect, normalize
+from .shared import EBS_BLOCK_BYTES
 
-BLOCK_SIZE = 512 * 1024  # the EBS snapshot block size ListSnapshotBlocks reports
+BLOCK_SIZE = EBS_BLOCK_BYTES  # the EBS snapshot block size ListSnapshotBlocks reports
 GIB = 1024**3
 
 

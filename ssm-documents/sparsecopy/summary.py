@@ -21,8 +21,10 @@ import math
 from collections.abc import Sequence
 from typing import Optional
 
-STDOUT_LIMIT = 24_000  # what GetCommandInvocation returns of StandardOutputContent
-MAX_VOLUMES = 10  # volumes per job (docs/contract.md; the document's parameter patterns)
+from .shared import MAX_VOLUMES_PER_JOB, SSM_STANDARD_OUTPUT_CHARACTERS
+
+STDOUT_LIMIT = SSM_STANDARD_OUTPUT_CHARACTERS  # what GetCommandInvocation returns of stdout
+MAX_VOLUMES = MAX_VOLUMES_PER_JOB  # (the document's parameter patterns allow as many)
 VOLUME_BUDGET = 2_000  # characters of one volume's entry
 NOTE_BUDGET = 240  # characters of one note in the entry (JSON-escaped)
 ERROR_BUDGET = 1_000  # characters of the error text in an error line (JSON-escaped)

@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from compactor import contract
 from compactor.batch.results import MapResults, parsed
 
-BLOCK_BYTES = 512 * 1024
+# EBS stores snapshots in blocks of this size (a volume's block counts are of them)
+BLOCK_BYTES = contract.dataplane_constant("ebsBlockBytes")
 # failed items listed in the summary (the report has all of them)
 SUMMARY_FAILED_ITEMS = 20
 SUMMARY_CAUSE_CHARS = 500

@@ -27,7 +27,7 @@ from compactor.models import (
 )
 
 # EBS stores snapshots in blocks of 512 KiB and FullSnapshotSizeInBytes counts whole blocks
-EBS_SNAPSHOT_BLOCK_BYTES = 512 * 1024
+EBS_SNAPSHOT_BLOCK_BYTES = contract.dataplane_constant("ebsBlockBytes")
 
 # the phases the state's `timings` holds a start for (contract/tasks.json)
 PHASES = contract.phases()
