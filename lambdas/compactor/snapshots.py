@@ -18,7 +18,7 @@ from compactor.errors import (
     SnapshotNotCompleted,
     SnapshotNotFound,
 )
-from compactor.models import AttachedVolume, Plan, SnapshotItem, SnapshotsResult
+from compactor.models import AttachedVolume, NewSnapshots, Plan, SnapshotItem, SnapshotsResult
 from compactor.observability import logger
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def _describe_own(filters: Sequence[FilterTypeDef]) -> list[SnapshotTypeDef]:
     return [snapshot for page in pages for snapshot in page["Snapshots"]]
 
 
-def check(result: SnapshotsResult) -> SnapshotsResult:
+def check(result: NewSnapshots | SnapshotsResult) -> SnapshotsResult:
     """Progress of the new snapshots; SnapshotFailed when one is in state error.
 
     When every one is `completed`, they are all tagged delivered (CreateTags, idempotent) before

@@ -46,18 +46,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
 from compactor import aws, source_blocks, tags
 from compactor.errors import InvalidInput
-from compactor.models import Outcome, TeardownResult
+from compactor.models import TeardownResult
 from compactor.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import FilterTypeDef
 
+# what to delete (cleanup = failure, run by the cleanup state machine): the Task states' literal
+# `outcome` (contract/tasks.json)
+Outcome = Literal["success", "failure", "retry", "cleanup"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "failure", "cleanup")
 # outcomes that also remove the execution's (undelivered) snapshots and AMIs
 _REMOVES_OUTPUTS: frozenset[str] = frozenset({"failure", "cleanup"})

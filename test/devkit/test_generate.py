@@ -1,6 +1,7 @@
 """devkit.generate: the files generated from contract/ are fresh, a change to contract/ makes them
-stale (and `--check` fail) until they are regenerated, and the data plane's module holds exactly
-contract/dataplane.json's constants and the limits it names."""
+stale (and `--check` fail) until they are regenerated, the data plane's module holds exactly
+contract/dataplane.json's constants and the limits it names, and each named schema part is one
+type of the Lambdas' models."""
 
 from __future__ import annotations
 
@@ -39,6 +40,29 @@ def test_a_changed_constant_makes_the_data_planes_module_stale(
     assert "\nEBS_BLOCK_BYTES = 1048576\n" in stale["ssm-documents/sparsecopy/shared.py"]
     assert generate.main(["--check"]) == 1
     assert "ssm-documents/sparsecopy/shared.py differs" in capsys.readouterr().err
+
+
+def test_a_changed_schema_field_makes_the_lambdas_types_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "contract"
+    shutil.copytree(generate.CONTRACT, copy)
+    path = copy / "schemas" / "plan.schema.json"
+    plan = json.loads(path.read_text())
+    plan["properties"]["jobs"]["type"] = "string"
+    path.write_text(json.dumps(plan))
+    monkeypatch.setattr(generate, "CONTRACT", copy)
+    models = "lambdas/compactor/models.py"
+    stale = generate.stale({models: generate.OUTPUTS[models]})
+    assert "\n    jobs: str\n" in stale[models]
+
+
+def test_each_named_schema_part_is_one_python_type() -> None:
+    definitions = generate.payload_schema()["definitions"]
+    assert set(definitions) == set(generate.TYPE_NAMES.values())
+    models = generate.payload_types()
+    for name in definitions:
+        assert f"\nclass {name}(TypedDict):\n" in models or f"\n{name}: TypeAlias = " in models
 
 
 def test_the_data_planes_module_holds_each_shared_value() -> None:

@@ -8,7 +8,7 @@ document"): {"volumes": [...]} on success, {"error": ..., "sourceVolumeId": ...}
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools.utilities.validation.exceptions import SchemaValidationError
 from botocore.exceptions import ClientError
@@ -27,6 +27,7 @@ from compactor.models import (
     Plan,
     SnapshotItem,
     SourceBlocksResult,
+    Summary,
 )
 from compactor.observability import logger
 from compactor.ssm import progress
@@ -205,14 +206,14 @@ def raise_if_a_direct_snapshot_failed(command: CommandResult) -> str | None:
     return None
 
 
-def check_direct_snapshots(command: CommandResult, summary: dict[str, Any]) -> None:
+def check_direct_snapshots(command: CommandResult, summary: Summary) -> None:
     """Target snapshot: the job must report, volume by volume in index order, exactly the direct
     snapshots start_compaction started (`targetSnapshotId`); else CompactionFailed (the job
     wrote elsewhere, or skipped one: nothing of it may be delivered)."""
     expected = direct_snapshots.direct_snapshot_ids(command)
     if not expected:
         return  # target volume, a dry run, or a command of before the direct snapshots
-    volumes = summary.get("volumes") or []
+    volumes = summary["volumes"]
     reported = [v.get("targetSnapshotId") if isinstance(v, dict) else None for v in volumes]
     if reported != expected:
         raise CompactionFailed(
@@ -235,8 +236,12 @@ def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionRe
                 'the Command document succeeded but printed no {"volumes": [...]} summary '
                 f"line (stdout ends with {stdout[-300:]!r}): check the command log group"
             )
-        _check_summary(summary)
-        return {"done": True, "status": status, "summary": summary, "progress": latest}
+        return {
+            "done": True,
+            "status": status,
+            "summary": _valid_summary(summary),
+            "progress": latest,
+        }
     report = _last_json_line(stdout) or {}
     if isinstance(report.get("error"), str):
         logger.error("compaction failed", extra={"sourceVolumeId": report.get("sourceVolumeId")})
@@ -248,9 +253,10 @@ def _outcome(invocation: Any, latest: CompactionProgress | None) -> CompactionRe
     )
 
 
-def _check_summary(summary: dict[str, Any]) -> None:
-    """CompactionFailed unless the line follows contract/schemas/summary.schema.json: the report
-    reads its counts, and a line of another shape means the program is not this stack's."""
+def _valid_summary(summary: dict[str, Any]) -> Summary:
+    """summary, typed; CompactionFailed unless the line follows
+    contract/schemas/summary.schema.json: the report reads its counts, and a line of another
+    shape means the program is not this stack's."""
     try:
         schemas.validate(summary, schemas.SUMMARY)
     except SchemaValidationError as error:
@@ -260,6 +266,7 @@ def _check_summary(summary: dict[str, Any]) -> None:
             "the program on the instance is not the one this stack ships, or a data-plane bug; "
             "nothing is delivered"
         ) from None
+    return cast(Summary, summary)
 
 
 def _not_done_yet(
