@@ -13,8 +13,8 @@ import { acknowledgeNagFindings } from './nag-acknowledgements';
 import { transferNetwork } from './network';
 import { Operations } from './operations';
 import { Settings } from './settings';
-import { checkedEnvironment, TaskFunctions } from './task-functions';
-import { TaskRole } from './task-role';
+import { CONTRACT_TASKS, checkedEnvironment, TaskFunctions } from './task-functions';
+import { TaskRoles } from './task-role';
 import { BATCH_RESULTS_PREFIX, BatchResultsBucket, SourceBlocksBucket } from './source-blocks-bucket';
 import { ROOT_DEVICE_NAME, ROOT_VOLUME_GIB, TransferInstance } from './transfer-instance';
 import { Triggers } from './triggers';
@@ -96,8 +96,8 @@ export class CompactorStack extends Stack {
     Tags.of(this).add('ebs-snapshot-compactor:managed-by', this.settings.stackName);
 
     const dataPlane = this.dataPlane();
-    const taskRole = this.taskRole(dataPlane);
-    const tasks = this.taskFunctions(dataPlane, taskRole);
+    const taskRoles = this.taskRoles(dataPlane);
+    const tasks = this.taskFunctions(dataPlane, taskRoles);
 
     this.workflow = new CompactionWorkflow(this, 'Workflow', {
       settings: this.settings,
@@ -122,7 +122,7 @@ export class CompactorStack extends Stack {
     const operations = this.operations(tasks, dataPlane, triggers);
 
     acknowledgeNagFindings({
-      taskRole: taskRole.role,
+      taskRoles: Object.values(taskRoles.roles),
       taskFunctions: Object.values(tasks.functions),
       startFromTag: triggers.startFromTag,
       startFromTagRole: triggers.startFromTagRole,
@@ -159,10 +159,10 @@ export class CompactorStack extends Stack {
     });
   }
 
-  /** Every workflow task function, with the workflow environment; they may write only to their own logs. */
-  private taskFunctions(dataPlane: DataPlane, taskRole: TaskRole): TaskFunctions {
+  /** Every workflow task function, with its own role; each may write only to its own logs. */
+  private taskFunctions(dataPlane: DataPlane, taskRoles: TaskRoles): TaskFunctions {
     const tasks = new TaskFunctions(this, 'Tasks', {
-      role: taskRole.role,
+      roles: taskRoles.roles,
       logRetention: this.retention,
       powertoolsLayerArn: this.settings.powertoolsLayerArn,
       environment: workflowEnvironment(this.settings, {
@@ -176,7 +176,9 @@ export class CompactorStack extends Stack {
         programKey: dataPlane.document.program.s3ObjectKey,
       }),
     });
-    taskRole.allowLogging(tasks.logGroupArns);
+    for (const [module, fn] of Object.entries(tasks.functions)) {
+      taskRoles.allowLogging(module, fn.logGroup.logGroupArn);
+    }
     return tasks;
   }
 
@@ -222,8 +224,13 @@ export class CompactorStack extends Stack {
     );
   }
 
-  private taskRole(d: DataPlane): TaskRole {
-    return new TaskRole(this, 'TaskRole', {
+  private taskRoles(d: DataPlane): TaskRoles {
+    return new TaskRoles(this, 'TaskRoles', {
+      tasks: CONTRACT_TASKS.filter((task) => task.workflow).map((task) => ({
+        module: task.module,
+        grants: task.grants ?? [],
+        describes: task.describes ?? [],
+      })),
       stackName: this.settings.stackName,
       subnetIds: d.network.subnetIds,
       securityGroupId: d.transfer.securityGroup.securityGroupId,

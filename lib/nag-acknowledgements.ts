@@ -9,6 +9,7 @@ import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { IConstruct } from 'constructs';
 import { batchStateMachineName } from './batch-workflow';
 import type { Operations } from './operations';
+import { BATCH_RESULTS_PREFIX } from './source-blocks-bucket';
 
 /**
  * Every cdk-nag (AwsSolutions) finding this stack accepts, each with its reason; docs/deploy.md ("cdk-nag acknowledgements") lists
@@ -16,7 +17,8 @@ import type { Operations } from './operations';
  * is reported instead of silently covered.
  */
 export interface NagAcknowledgementTargets {
-  readonly taskRole: iam.Role;
+  /** One role per workflow task function (lib/task-role.ts): each is acknowledged only what it has. */
+  readonly taskRoles: iam.Role[];
   readonly taskFunctions: lambda.Function[];
   /** The tag rule's target (not a workflow task) and its own role. */
   readonly startFromTag: lambda.Function;
@@ -70,23 +72,44 @@ const CREATED_EC2_RESOURCES: Record<string, string> = {
     'RunInstances creates the network-interface of the transfer instance; the instance itself must carry the stack tag.',
 };
 
+/** A finding a task role may have: acknowledged on each role whose policies contain `needle` (resolved JSON). */
+interface TaskRoleFinding {
+  readonly needle: string;
+  readonly rule: string;
+  readonly reason: string;
+}
+
+/** The resolved JSON of a role's inline and default policies, where a task role's findings are looked for. */
+function policyText(role: iam.Role): string {
+  const cfn = role.node.defaultChild as iam.CfnRole;
+  const defaultPolicy = role.node.tryFindChild('DefaultPolicy') as iam.Policy | undefined;
+  return JSON.stringify(Stack.of(role).resolve([cfn.policies, defaultPolicy?.document]));
+}
+
+/** Each finding on the task roles that have it, so no role is acknowledged a wildcard it does not grant. */
+function onTaskRoles(t: NagAcknowledgementTargets, findings: TaskRoleFinding[]): Acknowledgement[] {
+  return t.taskRoles.flatMap((on) => {
+    const text = policyText(on);
+    return findings.filter((f) => text.includes(f.needle)).map(({ rule, reason }) => ({ on, rule, reason }));
+  });
+}
+
 function taskRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledgement[] {
-  const on = t.taskRole;
-  return [
+  return onTaskRoles(t, [
     {
-      on,
+      needle: `{"Fn::GetAtt":["${logicalId(t.sourceBlocksBucket)}","Arn"]},"/*"`,
       rule: `IAM5[Resource::<${logicalId(t.sourceBlocksBucket)}.Arn>/*]`,
       reason:
         "Object keys are `<execution name>/...`, unknown before an execution starts; the bucket is the stack's own " +
         'and holds only block lists.',
     },
     ...Object.entries(CREATED_EC2_RESOURCES).map(([resource, reason]) => ({
-      on,
+      needle: `:${resource}/*"`,
       rule: `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:${resource}/*]`,
       reason,
     })),
     ...['snapshot', 'image'].map((resource) => ({
-      on,
+      needle: `::${resource}/*"`,
       rule: `IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::${resource}/*]`,
       reason:
         `Source ${resource}s may belong to any account (shared or public), so they cannot be listed; changing ` +
@@ -97,27 +120,27 @@ function taskRoleAcknowledgements(t: NagAcknowledgementTargets): Acknowledgement
           : '.'),
     })),
     {
-      on,
+      needle: '"Resource":"*"',
       rule: 'IAM5[Resource::*]',
       reason:
         'Describe*/Get* calls of EC2 and SSM (DescribeSnapshots, GetCommandInvocation, ...) and X-Ray ' +
         'PutTraceSegments do not support resource-level permissions.',
     },
     {
-      on,
+      needle: 'kms:ReEncrypt*',
       rule: 'IAM5[Action::kms:ReEncrypt*]',
       reason:
         'EBS needs ReEncryptFrom and ReEncryptTo to create a volume or snapshot under another key (and lists ' +
         'kms:ReEncrypt* for the EBS direct APIs); only via EC2/EBS (kms:ViaService).',
     },
     {
-      on,
+      needle: ':key/*"',
       rule: 'IAM5[Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/*]',
       reason:
         'Default of the kmsKeyArns setting: any key of this account, but only through EC2 or EBS ' +
         '(kms:ViaService), and key policies still decide. Set kmsKeyArns to list the keys instead.',
     },
-  ];
+  ]);
 }
 
 /** target snapshot: the transfer instance writes and reads the stack's direct snapshots (lib/transfer-instance.ts). */
@@ -337,21 +360,24 @@ function batchReaderAcknowledgements(
   batch: sfn.StateMachine,
   batchObjects: string,
 ): Acknowledgement[] {
+  const batchExecutions = `execution:${batchStateMachineName(Stack.of(batch).stackName)}:*`;
   return [
-    {
-      on: t.taskRole,
-      rule: batchObjects,
-      reason:
-        'summarize_batch reads the Map run files (`batches/<map run id>/`) and writes `batches/<batch>/batch-report.json`: ' +
-        'ids unknown in advance; the bucket holds only batch results.',
-    },
-    {
-      on: t.taskRole,
-      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:${batchStateMachineName(Stack.of(batch).stackName)}:*]`,
-      reason:
-        "summarize_batch finds a failed batch's map run with ListMapRuns on that batch execution: any execution of " +
-        'the batch state machine only.',
-    },
+    ...onTaskRoles(t, [
+      {
+        needle: `"/${BATCH_RESULTS_PREFIX}/*"`,
+        rule: batchObjects,
+        reason:
+          'summarize_batch reads the Map run files (`batches/<map run id>/`) and writes `batches/<batch>/batch-report.json`: ' +
+          'ids unknown in advance; the bucket holds only batch results.',
+      },
+      {
+        needle: `:${batchExecutions}"`,
+        rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:${batchExecutions}]`,
+        reason:
+          "summarize_batch finds a failed batch's map run with ListMapRuns on that batch execution: any execution of " +
+          'the batch state machine only.',
+      },
+    ]),
     {
       on: t.pipelinePolicy,
       rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:mapRun:${batchStateMachineName(Stack.of(batch).stackName)}/*]`,

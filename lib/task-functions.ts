@@ -135,7 +135,8 @@ export function handlerOf(module: TaskModule): string {
 export interface TaskFunctionsProps {
   /** The Lambda environment of docs/contract.md, minus the Powertools keys added here. */
   readonly environment: Record<string, string>;
-  readonly role: iam.IRole;
+  /** Each workflow task's own role (lib/task-role.ts TaskRoles). */
+  readonly roles: Record<WorkflowTaskModule, iam.IRole>;
   readonly logRetention: logs.RetentionDays;
   /** Undefined = the public Powertools layer resolved at deploy from its SSM parameter. */
   readonly powertoolsLayerArn?: string;
@@ -145,7 +146,6 @@ export interface TaskFunctionsProps {
 export interface TaskFunctionShared {
   readonly code: lambda.Code;
   readonly powertools: lambda.ILayerVersion;
-  readonly role: iam.IRole;
   readonly environment: Record<string, string>;
   readonly logRetention: logs.RetentionDays;
 }
@@ -154,7 +154,7 @@ export interface TaskFunctionShared {
 export function createTaskFunction(
   scope: Construct,
   module: TaskModule,
-  shared: TaskFunctionShared,
+  shared: TaskFunctionShared & { readonly role: iam.IRole },
 ): lambda.Function {
   const id = module
     .split('_')
@@ -197,17 +197,14 @@ export class TaskFunctions extends Construct {
     this.shared = {
       code: lambdaCode(),
       powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
-      role: props.role,
       logRetention: props.logRetention,
       environment: { ...props.environment, ...POWERTOOLS_ENVIRONMENT },
     };
     this.functions = Object.fromEntries(
-      WORKFLOW_TASK_MODULES.map((module) => [module, createTaskFunction(this, module, this.shared)]),
+      WORKFLOW_TASK_MODULES.map((module) => [
+        module,
+        createTaskFunction(this, module, { ...this.shared, role: props.roles[module] }),
+      ]),
     ) as Record<WorkflowTaskModule, lambda.Function>;
-  }
-
-  /** ARNs of the functions' log groups (ending in :*), for the role's logging statement. */
-  get logGroupArns(): string[] {
-    return Object.values(this.functions).map((fn) => fn.logGroup.logGroupArn);
   }
 }

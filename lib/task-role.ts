@@ -66,27 +66,13 @@ function statementContext(stack: Stack, props: TaskRoleProps): StatementContext 
   };
 }
 
-/** Exactly the Describe/Get calls of lambdas/compactor (the twin's IAM check fails on any other). */
-function describeStatements(): iam.PolicyStatement[] {
-  return [
-    new iam.PolicyStatement({
-      sid: 'Describe',
-      actions: [
-        'ec2:DescribeSnapshots',
-        'ec2:DescribeImages',
-        'ec2:DescribeImageAttribute',
-        'ec2:DescribeSnapshotAttribute',
-        'ec2:DescribeInstances',
-        'ec2:DescribeVolumes',
-        'ec2:DescribeAvailabilityZones',
-        'ec2:DescribeFastSnapshotRestores',
-        'ec2:GetEbsDefaultKmsKeyId',
-        'ssm:DescribeInstanceInformation',
-        'ssm:GetCommandInvocation',
-      ],
-      resources: ['*'],
-    }),
-  ];
+/**
+ * The Describe/Get calls of one function (its `describes` in contract/tasks.json): none of them supports
+ * resource-level permissions, so each function gets exactly the ones it calls (the twin's IAM check fails on any
+ * other, and its usage report on a statement no call needs).
+ */
+function describeStatement(actions: readonly string[]): iam.PolicyStatement {
+  return new iam.PolicyStatement({ sid: 'Describe', actions: [...actions], resources: ['*'] });
 }
 
 /** The subnets, security group, template, interfaces and AMI snapshots a launch names. */
@@ -207,9 +193,15 @@ function snapshotAndImageStatements(c: StatementContext): iam.PolicyStatement[] 
       conditions: c.resourceTagged,
     }),
     new iam.PolicyStatement({
-      sid: 'CreateTaggedSnapshotsAndImages',
-      actions: ['ec2:CreateSnapshot', 'ec2:RegisterImage'],
-      resources: [c.ec2Arn('snapshot', ''), c.ec2Arn('image', '')],
+      sid: 'CreateTaggedSnapshots',
+      actions: ['ec2:CreateSnapshot'],
+      resources: [c.ec2Arn('snapshot', '')],
+      conditions: c.requestTagged,
+    }),
+    new iam.PolicyStatement({
+      sid: 'RegisterTaggedImages',
+      actions: ['ec2:RegisterImage'],
+      resources: [c.ec2Arn('image', '')],
       conditions: c.requestTagged,
     }),
     new iam.PolicyStatement({
@@ -222,32 +214,35 @@ function snapshotAndImageStatements(c: StatementContext): iam.PolicyStatement[] 
 }
 
 /**
- * Attach, delete, terminate, deregister and enable FSR only on what carries the stack tag; never delete, deregister
- * or untag a delivered output (lib/delivered-outputs.ts).
+ * Attach, delete, terminate, deregister and enable FSR only on what carries the stack tag; one statement per
+ * function that needs it. The Denies that keep delivered outputs (lib/delivered-outputs.ts) go with every role
+ * that may delete, deregister or tag (DENY_GUARDS).
  */
 function changeStatements(c: StatementContext): iam.PolicyStatement[] {
+  const stacks = (sid: string, actions: string[], resources: string[]): iam.PolicyStatement =>
+    new iam.PolicyStatement({ sid, actions, resources, conditions: c.resourceTagged });
   return [
-    ...deliveredOutputDenies(c.stack),
-    new iam.PolicyStatement({
-      sid: 'ChangeOnlyTheStacksResources',
-      actions: [
-        'ec2:TerminateInstances',
-        'ec2:AttachVolume',
-        'ec2:DeleteVolume',
-        'ec2:DeleteSnapshot',
-        'ec2:DeregisterImage',
-        'ec2:EnableFastSnapshotRestores',
-      ],
-      resources: [c.ec2Arn('instance'), c.ec2Arn('volume'), c.ec2Arn('snapshot', ''), c.ec2Arn('image', '')],
-      conditions: c.resourceTagged,
-    }),
+    stacks(
+      'AttachOnlyTheStacksVolumesToTheStacksInstances',
+      ['ec2:AttachVolume'],
+      [c.ec2Arn('instance'), c.ec2Arn('volume')],
+    ),
+    stacks(
+      'RemoveOnlyTheStacksResources',
+      ['ec2:TerminateInstances', 'ec2:DeleteVolume', 'ec2:DeleteSnapshot', 'ec2:DeregisterImage'],
+      [c.ec2Arn('instance'), c.ec2Arn('volume'), c.ec2Arn('snapshot', ''), c.ec2Arn('image', '')],
+    ),
+    stacks(
+      'EnableFastSnapshotRestoreOnTheStacksSnapshots',
+      ['ec2:EnableFastSnapshotRestores'],
+      [c.ec2Arn('snapshot', '')],
+    ),
   ];
 }
 
 /**
  * copySharing (lambdas/compactor/sharing.py): launch permissions, create-volume permissions and the deprecation
  * time of the stack's own new AMIs and snapshots only (all three actions take aws:ResourceTag on image/snapshot).
- * Sharing a snapshot with everyone (group all) is denied outright: the code never asks, the policy makes sure.
  */
 function sharingStatements(c: StatementContext): iam.PolicyStatement[] {
   return [
@@ -257,6 +252,12 @@ function sharingStatements(c: StatementContext): iam.PolicyStatement[] {
       resources: [c.ec2Arn('image', ''), c.ec2Arn('snapshot', '')],
       conditions: c.resourceTagged,
     }),
+  ];
+}
+
+/** Sharing a snapshot with everyone (group all) is denied outright: the code never asks, the policy makes sure. */
+function neverPublic(c: StatementContext): iam.PolicyStatement[] {
+  return [
     new iam.PolicyStatement({
       sid: 'NeverMakeSnapshotsPublic',
       effect: iam.Effect.DENY,
@@ -431,8 +432,18 @@ function blockListStatements(c: StatementContext): iam.PolicyStatement[] {
     }),
     new iam.PolicyStatement({
       sid: 'KeepTheBlockListsInTheStacksBucket',
-      // start_compaction signs the instance's GET with this role, so the instance role needs no S3 grant.
       actions: ['s3:PutObject', 's3:GetObject', 's3:DeleteObject'],
+      resources: [c.props.sourceBlocksBucket.arnForObjects('*')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'SignTheInstancesGetOfTheBlockLists',
+      // start_compaction signs the instance's GET with its role, so the instance role needs no S3 grant.
+      actions: ['s3:GetObject'],
+      resources: [c.props.sourceBlocksBucket.arnForObjects('*')],
+    }),
+    new iam.PolicyStatement({
+      sid: 'DeleteAnExecutionsBlockLists',
+      actions: ['s3:DeleteObject'],
       resources: [c.props.sourceBlocksBucket.arnForObjects('*')],
     }),
     new iam.PolicyStatement({
@@ -495,9 +506,8 @@ function eventStatements(c: StatementContext): iam.PolicyStatement[] {
   ];
 }
 
-/** The role's statements, one function per concern. */
-const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
-  describeStatements,
+/** The Allow statements a task may be granted (by Sid, in its `grants` of contract/tasks.json). */
+const GRANTS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
   launchStatements,
   volumeStatements,
   tagStatements,
@@ -514,32 +524,109 @@ const CONCERNS: ((c: StatementContext) => iam.PolicyStatement[])[] = [
 ];
 
 /**
- * The one role of the task Lambdas. Everything that creates resources must tag them with the stack tag
- * (aws:RequestTag) and everything that changes or deletes resources needs that tag on them
- * (aws:ResourceTag), so the functions cannot touch anything this stack did not make.
+ * Denies that go with every role allowed one of `whenAllowed`: they keep what such a role could otherwise change
+ * (a delivered output, a public snapshot) out of its reach.
  */
-export class TaskRole extends Construct {
-  public readonly role: iam.Role;
+const DENY_GUARDS: { whenAllowed: string[]; denies: (c: StatementContext) => iam.PolicyStatement[] }[] = [
+  {
+    whenAllowed: ['ec2:DeleteSnapshot', 'ec2:DeregisterImage', 'ec2:CreateTags'],
+    denies: (c) => deliveredOutputDenies(c.stack),
+  },
+  { whenAllowed: ['ec2:ModifySnapshotAttribute'], denies: neverPublic },
+];
 
-  constructor(scope: Construct, id: string, props: TaskRoleProps) {
+/** What contract/tasks.json says a task function may do. */
+export interface TaskGrants {
+  readonly module: string;
+  /** Sids of the statements above. */
+  readonly grants: readonly string[];
+  /** Its Describe/Get actions (resource `*`). */
+  readonly describes: readonly string[];
+}
+
+/** Every grantable statement by Sid; a Sid written twice would make `grants` ambiguous. */
+function grantCatalog(c: StatementContext): Map<string, iam.PolicyStatement> {
+  const catalog = new Map<string, iam.PolicyStatement>();
+  for (const statement of GRANTS.flatMap((concern) => concern(c))) {
+    const sid = statement.sid!;
+    if (catalog.has(sid)) throw new Error(`lib/task-role.ts defines statement ${sid} twice`);
+    catalog.set(sid, statement);
+  }
+  return catalog;
+}
+
+/** A task's statements: its grants, its Describe statement, and the Denies its grants call for. */
+function taskStatements(
+  c: StatementContext,
+  catalog: Map<string, iam.PolicyStatement>,
+  task: TaskGrants,
+): iam.PolicyStatement[] {
+  const unknown = task.grants.filter((sid) => !catalog.has(sid));
+  if (unknown.length > 0) {
+    throw new Error(
+      `contract/tasks.json grants ${task.module} ${unknown.join(', ')}, which lib/task-role.ts does not define ` +
+        `(it defines ${[...catalog.keys()].join(', ')})`,
+    );
+  }
+  const allowed = task.grants.map((sid) => catalog.get(sid)!);
+  if (task.describes.length > 0) allowed.unshift(describeStatement(task.describes));
+  const actions = new Set(allowed.flatMap((statement) => statement.actions));
+  const guards = DENY_GUARDS.filter((guard) => guard.whenAllowed.some((action) => actions.has(action)));
+  return [...guards.flatMap((guard) => guard.denies(c)), ...allowed];
+}
+
+/** Construct id of a module's role: `launch` -> `Launch`, `check_instance` -> `CheckInstance`. */
+function roleId(module: string): string {
+  return module
+    .split('_')
+    .map((word) => word[0].toUpperCase() + word.slice(1))
+    .join('');
+}
+
+/**
+ * One role per task function, with only the statements contract/tasks.json grants it. Everything that creates
+ * resources must tag them with the stack tag (aws:RequestTag) and everything that changes or deletes resources
+ * needs that tag on them (aws:ResourceTag), so the functions cannot touch anything this stack did not make.
+ */
+export class TaskRoles extends Construct {
+  public readonly roles: Record<string, iam.Role>;
+
+  constructor(
+    scope: Construct,
+    id: string,
+    props: TaskRoleProps & { readonly tasks: readonly TaskGrants[] },
+  ) {
     super(scope, id);
     const context = statementContext(Stack.of(this), props);
-    this.role = new iam.Role(this, 'Role', {
-      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: 'ebs-snapshot-compactor task Lambdas: acts only on resources tagged with this stack',
-      inlinePolicies: {
-        Tasks: new iam.PolicyDocument({ statements: CONCERNS.flatMap((concern) => concern(context)) }),
-      },
-    });
+    const catalog = grantCatalog(context);
+    const granted = new Set(props.tasks.flatMap((task) => task.grants));
+    const ungranted = [...catalog.keys()].filter((sid) => !granted.has(sid));
+    if (ungranted.length > 0) {
+      throw new Error(
+        `lib/task-role.ts defines ${ungranted.join(', ')}, which no task of contract/tasks.json grants`,
+      );
+    }
+    this.roles = Object.fromEntries(
+      props.tasks.map((task) => [
+        task.module,
+        new iam.Role(this, roleId(task.module), {
+          assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+          description: `ebs-snapshot-compactor task ${task.module}: acts only on resources tagged with this stack`,
+          inlinePolicies: {
+            Task: new iam.PolicyDocument({ statements: taskStatements(context, catalog, task) }),
+          },
+        }),
+      ]),
+    );
   }
 
-  /** Lets the functions write to their own log groups and nowhere else (the ARNs end in :*). */
-  allowLogging(logGroupArns: string[]): void {
-    this.role.addToPolicy(
+  /** Lets a function write to its own log group and nowhere else (the ARN ends in :*). */
+  allowLogging(module: string, logGroupArn: string): void {
+    this.roles[module].addToPolicy(
       new iam.PolicyStatement({
         sid: 'WriteOwnLogs',
         actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
-        resources: logGroupArns,
+        resources: [logGroupArn],
       }),
     );
   }

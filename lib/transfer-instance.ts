@@ -70,12 +70,14 @@ export class TransferInstance extends Construct {
     // The SSM agent checks for the log group, then creates a stream per command and writes to it.
     role.addToPolicy(
       new iam.PolicyStatement({
+        sid: 'WriteTheCommandsOutput',
         actions: ['logs:CreateLogStream', 'logs:PutLogEvents', 'logs:DescribeLogStreams'],
         resources: [commandLogGroup.logGroupArn],
       }),
     );
     role.addToPolicy(
       new iam.PolicyStatement({
+        sid: 'FindTheCommandLogGroup',
         actions: ['logs:DescribeLogGroups'],
         resources: ['*'],
       }),

@@ -39,9 +39,16 @@ twin-synth: setup
 # emulator, files and loop devices, and a scenario mostly waits on emulated AWS time, so four
 # workers share the two cores (with three, the last minutes of `make test`, when the twin's lane
 # runs alone, kept the machine 45-75 % busy). The longest tests start first: test/twin/conftest.py.
+# Each worker appends which statement of which role allowed the calls of each run to
+# TWIN_IAM_USAGE (twin/iam/usage.py); after the suite the parts are merged into the IAM report,
+# which fails on any denial and on any role's statement that no run used.
 TWIN_XDIST ?= -n 4 --dist worksteal
+TWIN_IAM_USAGE := out/twin/iam-usage
 test-twin: twin-synth
-	TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) $(PYTEST) $(TWIN_XDIST) test/twin
+	rm -rf $(TWIN_IAM_USAGE)
+	TWIN_IAM_USAGE=$(CURDIR)/$(TWIN_IAM_USAGE) TWIN_CDK_OUT=$(CURDIR)/$(TWIN_CDK_OUT) \
+	  $(PYTEST) $(TWIN_XDIST) test/twin
+	$(PY) -m twin.iam.usage $(TWIN_IAM_USAGE) --report out/twin/iam-report.json
 
 demo: twin-synth
 	$(PY) -m twin.demo --cdk-out $(TWIN_CDK_OUT) --out out/demo \

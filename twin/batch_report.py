@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from moto.s3.models import s3_backends
 
+from .checks import run_label
 from .context import Context
 from .emulator.blockstore import EBS_BLOCK, written_chunks
 from .facts import OBJECT_LEAK, direct_writes, leaks
+from .iam.check import check_calls
 
 if TYPE_CHECKING:
     from .batch import BatchRun
@@ -170,6 +172,12 @@ def agrees(workflow_totals: dict[str, Any] | None, counted: dict[str, int]) -> b
     return all(workflow_totals.get(theirs) == counted[ours] for theirs, ours in pairs)
 
 
+def iam_denials(ctx: Context) -> list[str]:
+    """Every call of the batch's functions and its children so far, against the synthesized
+    roles (and which statements allowed them: twin/iam/usage.py)."""
+    return [str(d) for d in check_calls(ctx.emu.calls_path, ctx.d, usage_from=run_label(ctx))]
+
+
 def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
     result = ran.result
     map_run = result.map_runs[0] if result.map_runs else {}
@@ -201,6 +209,7 @@ def build(ctx: Context, ran: BatchRun, seconds: float) -> dict[str, Any]:
         "outcome": summary.get("outcome") or (s3["batch_report"] or {}).get("outcome") or computed,
         "items": rows,
         "totals": counted,
+        "iam_denials": iam_denials(ctx),
         "max_concurrency": map_run.get("maxConcurrency"),
         "tolerated_failure_percentage": map_run.get("toleratedFailurePercentage"),
         "map_run_arn": map_run.get("mapRunArn"),

@@ -7,6 +7,7 @@ Lambdas against the synthesized roles, with OS=debian the boot of both AMIs' roo
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -50,9 +51,18 @@ def check(ctx: Context, run: Run) -> Checks:
     verification, new_chunks_total, panels = _verification(ctx, run)
     image = _ami_check(ctx.emu, source, run.facts.new_image_id if run.facts else None)
     # every call the Lambdas made, checked against the synthesized roles (conditions included)
-    denials = [str(denial) for denial in check_calls(ctx.emu.calls_path, ctx.d)]
+    calls = check_calls(ctx.emu.calls_path, ctx.d, usage_from=run_label(ctx))
+    denials = [str(denial) for denial in calls]
     boots = _boots(ctx, run.facts.new_image_id if run.facts else None)
     return Checks(verification, new_chunks_total, panels, unchanged, image, denials, boots)
+
+
+def run_label(ctx: Context) -> str:
+    """The run in the IAM usage report: the test that ran it (pytest sets PYTEST_CURRENT_TEST)
+    and what it ran."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0] or "twin"
+    o = ctx.opts
+    return f"{test} (input={o.input} trigger={o.trigger} fault={o.fault or 'none'})"
 
 
 def _boots(ctx: Context, new_image_id: str | None) -> dict[str, dict[str, Any]]:

@@ -1,7 +1,14 @@
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { BATCH_STATES, START_EXECUTION_RETRY_ERRORS } from '../../lib/batch-workflow';
 import { TASK_TABLE } from '../../lib/workflow-building-blocks';
-import { AslState, FUNCTION_ARN_PREFIX, stateMachineDefinition, synthTemplate, taskModule } from './support';
+import {
+  AslState,
+  FUNCTION_ARN_PREFIX,
+  stateMachineDefinition,
+  synthTemplate,
+  taskModule,
+  taskRoleStatementsByModule,
+} from './support';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -265,13 +272,8 @@ describe('batch IAM', () => {
     expect(statements.some((s) => actionsOf(s).some((a) => a.startsWith('ec2:')))).toBe(false);
   });
 
-  test('the task role reads and writes batches/* of the results bucket and lists map runs of batch executions', () => {
-    const role = Object.values(template.findResources('AWS::IAM::Role')).find((r) =>
-      String(r.Properties.Description ?? '').startsWith('ebs-snapshot-compactor task Lambdas'),
-    )!;
-    const task: Statement[] = role.Properties.Policies.flatMap(
-      (p: { PolicyDocument: { Statement: Statement[] } }) => p.PolicyDocument.Statement,
-    );
+  test("summarize_batch's role reads and writes batches/* of the results bucket and lists map runs of batch executions", () => {
+    const task = taskRoleStatementsByModule<Statement>(template).summarize_batch;
     const bySid = Object.fromEntries(task.map((s) => [s.Sid, s]));
     expect(actionsOf(bySid.ReadBatchResultsAndWriteBatchReports).sort()).toEqual([
       's3:GetObject',

@@ -16,19 +16,14 @@ import {
   WRITER_INSTANCE_TAG,
 } from '../../lib/tags';
 import { EBS_DIRECT_KMS_ACTIONS } from '../../lib/task-role';
-import { synthTemplate } from './support';
+import { synthTemplate, taskRoleStatements } from './support';
 
 type Statement = { Sid?: string; Action: string | string[]; Resource: unknown; Condition?: unknown };
 
 const asList = (value: string | string[]): string[] => (Array.isArray(value) ? value : [value]);
 
 function taskStatements(template: Template): Statement[] {
-  const [role] = Object.values(template.findResources('AWS::IAM::Role')).filter((r) =>
-    String(r.Properties.Description ?? '').startsWith('ebs-snapshot-compactor task Lambdas'),
-  );
-  return role.Properties.Policies.flatMap(
-    (policy: { PolicyDocument: { Statement: Statement[] } }) => policy.PolicyDocument.Statement,
-  );
+  return taskRoleStatements<Statement>(template);
 }
 
 const bySid = (statements: Statement[], sid: string): Statement => {

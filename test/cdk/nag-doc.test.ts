@@ -16,7 +16,7 @@ const NAG = 'AwsSolutions::AwsSolutions-';
 
 /** The doc's "where" for an acknowledged construct path and rule (first match wins). */
 const WHERE: [string, RegExp, RegExp][] = [
-  ['task role', /^Nag\/TaskRole\//, /./],
+  ['task roles', /^Nag\/TaskRoles\//, /./],
   ['instance role', /^Nag\/TransferInstance\/Role$/, /./],
   ['S3 prefix list lookup (created VPC)', /^Nag\/Vpc$/, /^IAM5/],
   ['S3 prefix list lookup (created VPC)', /^Nag\/AWS679f53fac002430cb0da5b7982bd2287$/, /./],

@@ -1,6 +1,9 @@
 import * as fs from 'fs';
 import * as path from 'path';
+import { App, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import * as os from 'os';
 import contractEnvironment from '../../contract/environment.json';
 import {
@@ -12,8 +15,14 @@ import {
   writeLambdaAsset,
 } from '../../lib/task-functions';
 import { programArchive, programSha256 } from '../../lib/command-document';
+import { TaskRoles } from '../../lib/task-role';
 import { freshTemplate } from './stack-synth';
-import { expectDeliveredOutputDenies, synthTemplate } from './support';
+import {
+  expectDeliveredOutputDenies,
+  synthTemplate,
+  taskRoleStatements,
+  taskRoleStatementsByModule,
+} from './support';
 
 const STACK_TAG = 'ebs-snapshot-compactor:stack';
 
@@ -84,7 +93,7 @@ describe('default stack', () => {
   // synthesized again, in this process: the template above is the template server's (template-cache.ts)
   let fresh: Template | undefined;
   const synthAgain = (): Template => (fresh ??= freshTemplate());
-  const taskStatements = roleStatements(template, 'ebs-snapshot-compactor task Lambdas');
+  const taskStatements = taskRoleStatements<Statement>(template);
 
   test('one Python 3.13 function per task, handler compactor.handlers.<module>.handler, traced', () => {
     const functions = Object.values(compactorFunctions(template));
@@ -287,6 +296,84 @@ describe('default stack', () => {
     }
   });
 
+  test("each workflow function has a role of its own with exactly contract/tasks.json's grants", () => {
+    const byModule = taskRoleStatementsByModule<Statement>(template);
+    const workflow = CONTRACT_TASKS.filter((t) => t.workflow);
+    expect(Object.keys(byModule).sort()).toEqual(workflow.map((t) => t.module).sort());
+    const functions = Object.values(compactorFunctions(template)).filter(isWorkflowFunction);
+    const roles = functions.map((fn) => JSON.stringify(fn.Properties.Role));
+    expect(new Set(roles).size).toBe(functions.length);
+    for (const task of workflow) {
+      const allows = byModule[task.module].filter((s) => s.Effect !== 'Deny');
+      const expected = [...(task.describes!.length > 0 ? ['Describe'] : []), ...task.grants!];
+      expect({ module: task.module, sids: allows.map((s) => s.Sid) }).toEqual({
+        module: task.module,
+        sids: expected,
+      });
+      const describe = allows.find((s) => s.Sid === 'Describe');
+      expect(describe ? actionsOf(describe).sort() : []).toEqual([...task.describes!].sort());
+    }
+  });
+
+  test('a role gets the Denies that guard what its grants could change, and only those', () => {
+    const byModule = taskRoleStatementsByModule<Statement>(template);
+    const denies = (module: string) =>
+      byModule[module]
+        .filter((s) => s.Effect === 'Deny')
+        .map((s) => s.Sid)
+        .sort();
+    const delivered = [
+      'NeverDeleteDeliveredOutputs',
+      'NeverUntagDeliveredOutputs',
+      'TheDeliveredTagIsOnlyEverTrue',
+    ];
+    expect(denies('teardown')).toEqual(delivered);
+    expect(denies('check_snapshots')).toEqual(delivered); // it tags delivered
+    expect(denies('register_image')).toEqual([...delivered, 'NeverMakeSnapshotsPublic'].sort());
+    expect(denies('check_instance')).toEqual([]);
+    expect(denies('summarize_batch')).toEqual([]);
+    expectDeliveredOutputDenies(byModule.teardown);
+  });
+
+  test('a function that describes nothing has no statement on every resource', () => {
+    const byModule = taskRoleStatementsByModule<Statement>(template);
+    for (const module of [
+      'launch',
+      'list_source_blocks',
+      'enable_fast_snapshot_restore',
+      'summarize_batch',
+    ]) {
+      expect({ module, unscoped: byModule[module].filter((s) => s.Resource === '*') }).toEqual({
+        module,
+        unscoped: [],
+      });
+    }
+    // the launch role alone may run instances and pass the instance role; only teardown may delete
+    const having = (action: string) =>
+      Object.entries(byModule)
+        .filter(([, statements]) =>
+          statements.some((s) => s.Effect !== 'Deny' && actionsOf(s).includes(action)),
+        )
+        .map(([module]) => module)
+        .sort();
+    expect(having('ec2:RunInstances')).toEqual(['launch']);
+    expect(having('iam:PassRole')).toEqual(['launch']);
+    expect(having('ec2:DeleteSnapshot')).toEqual(['teardown']);
+    expect(having('ssm:SendCommand')).toEqual(['start_compaction']);
+  });
+
+  test("each task role writes only its own function's log group", () => {
+    const functions = compactorFunctions(template);
+    for (const [logicalId, fn] of Object.entries(functions).filter(([, f]) => isWorkflowFunction(f))) {
+      const roleId = fn.Properties.Role['Fn::GetAtt'][0] as string;
+      const logs = attachedPolicyStatements(template, roleId).filter((st) => st.Sid === 'WriteOwnLogs');
+      expect({ logicalId, resources: logs.map((st) => st.Resource) }).toEqual({
+        logicalId,
+        resources: [{ 'Fn::GetAtt': [fn.Properties.LoggingConfig.LogGroup.Ref, 'Arn'] }],
+      });
+    }
+  });
+
   test('grants no code path uses are gone', () => {
     const all = taskStatements.flatMap(actionsOf);
     for (const unused of [
@@ -319,8 +406,8 @@ describe('default stack', () => {
     // the EBS direct APIs granted: metadata, never data, and starting the direct snapshots (tests of that:
     // test/cdk/direct-snapshots.test.ts)
     const ebs = taskStatements.filter((s) => actionsOf(s).some((a) => a.startsWith('ebs:')));
-    expect(ebs.map(actionsOf)).toEqual([['ebs:StartSnapshot'], ['ebs:ListSnapshotBlocks']]);
-    ebs.shift();
+    expect(ebs.map(actionsOf).sort()).toEqual([['ebs:ListSnapshotBlocks'], ['ebs:StartSnapshot']]);
+    ebs.sort((a, b) => actionsOf(a)[0].localeCompare(actionsOf(b)[0]));
     // snapshots shared by other accounts too: no account in the ARN
     expect(JSON.stringify(ebs[0].Resource)).toMatch(/":ec2:",\{"Ref":"AWS::Region"\},"::snapshot\/\*"\]/);
     expect(ebs[0].Condition).toBeUndefined();
@@ -344,6 +431,13 @@ describe('default stack', () => {
         ],
       },
     };
+    const kmsOrder = [
+      'UseKeysOnlyThroughEc2',
+      'StartEncryptedDirectSnapshotsThroughEbs',
+      'ReadEncryptedSnapshotsThroughEbs',
+    ];
+    kms.sort((a, b) => kmsOrder.indexOf(a.Sid!) - kmsOrder.indexOf(b.Sid!));
+    expect(kms.map((s) => s.Sid)).toEqual(kmsOrder);
     expect(kms.map((s) => s.Condition)).toEqual([via('ec2'), viaEbsDirect, via('ebs')]);
     expect(actionsOf(kms[2])).toEqual(['kms:Decrypt']);
     expect(kms[2].Resource).toEqual(kms[0].Resource);
@@ -358,13 +452,20 @@ describe('default stack', () => {
     const programKey = Object.values(compactorFunctions(template)).find(isWorkflowFunction)!.Properties
       .Environment.Variables.PROGRAM_KEY;
     expect(programKey).toMatch(/^[0-9a-f]{64}\.pyz$/);
-    expect(s3.map((s) => [actionsOf(s).sort(), s.Resource, s.Condition])).toEqual([
+    const objects = { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, '/*']] };
+    s3.sort((a, b) => a.Sid!.localeCompare(b.Sid!));
+    expect(s3.map((s) => [s.Sid, actionsOf(s).sort(), s.Resource, s.Condition])).toEqual([
+      ['DeleteAnExecutionsBlockLists', ['s3:DeleteObject'], objects, undefined],
+      ['FindAnExecutionsBlockLists', ['s3:ListBucket'], { 'Fn::GetAtt': [bucketId, 'Arn'] }, undefined],
       [
+        'KeepTheBlockListsInTheStacksBucket',
         ['s3:DeleteObject', 's3:GetObject', 's3:PutObject'],
-        { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, '/*']] },
+        objects,
         undefined,
       ],
+      ['SignTheInstancesGetOfTheBlockLists', ['s3:GetObject'], objects, undefined],
       [
+        'SignTheInstancesGetOfTheProgram',
         ['s3:GetObject'],
         {
           'Fn::Join': [
@@ -380,7 +481,6 @@ describe('default stack', () => {
         },
         undefined,
       ],
-      [['s3:ListBucket'], { 'Fn::GetAtt': [bucketId, 'Arn'] }, undefined],
     ]);
   });
 
@@ -452,12 +552,15 @@ describe('default stack', () => {
   });
 
   test('CreateTags: while creating, the tags of a direct snapshot, or only the delivered tag on the stack snapshots', () => {
-    const tagging = statementsWith(taskStatements, 'ec2:CreateTags').filter((s) => s.Effect !== 'Deny');
-    expect(tagging.map((s) => s.Sid)).toEqual([
+    const order = [
       'TagOnlyWhileCreating',
       'MarkTheStacksSnapshotsDelivered',
       'TagDirectSnapshotsWhileStarting',
-    ]);
+    ];
+    const tagging = statementsWith(taskStatements, 'ec2:CreateTags')
+      .filter((s) => s.Effect !== 'Deny')
+      .sort((a, b) => order.indexOf(a.Sid!) - order.indexOf(b.Sid!));
+    expect(tagging.map((s) => s.Sid)).toEqual(order);
     expect(tagging[0].Condition).toEqual({
       StringEquals: {
         'ec2:CreateAction': ['RunInstances', 'CreateVolume', 'CreateSnapshot', 'RegisterImage'],
@@ -892,16 +995,12 @@ describe('settings change the stack', () => {
       },
     });
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 30 });
-    const kms = statementsWith(
-      roleStatements(template, 'ebs-snapshot-compactor task Lambdas'),
-      'kms:CreateGrant',
-    );
+    const kms = statementsWith(taskRoleStatements<Statement>(template), 'kms:CreateGrant');
     expect(kms[0].Resource).toBe(key);
     // the listed keys are the only ones EBS may decrypt with to list an encrypted snapshot's blocks
-    const ebsKms = statementsWith(
-      roleStatements(template, 'ebs-snapshot-compactor task Lambdas'),
-      'kms:Decrypt',
-    ).filter((s) => JSON.stringify(s.Condition).includes('ebs.'));
+    const ebsKms = statementsWith(taskRoleStatements<Statement>(template), 'kms:Decrypt').filter((s) =>
+      JSON.stringify(s.Condition).includes('ebs.'),
+    );
     expect(ebsKms.map((s) => s.Resource)).toEqual([key, key]);
     // ... and the keys the instance may use for the direct snapshots
     const instanceKms = Object.values(template.findResources('AWS::IAM::Policy'))
@@ -913,8 +1012,55 @@ describe('settings change the stack', () => {
     template.hasResourceProperties('AWS::S3::Bucket', {
       LifecycleConfiguration: { Rules: [Match.objectLike({ ExpirationInDays: 2 })] },
     });
-    const conditions = JSON.stringify(roleStatements(template, 'ebs-snapshot-compactor task Lambdas'));
+    const conditions = JSON.stringify(taskRoleStatements<Statement>(template));
     expect(conditions).toContain('"Compactor2"');
     expect(conditions).not.toContain('"EbsSnapshotCompactor"');
+  });
+});
+
+describe('task roles from contract/tasks.json', () => {
+  const build = (tasks: { module: string; grants: string[]; describes: string[] }[]) => {
+    const stack = new Stack(new App(), 'Roles');
+    const bucket = new s3.Bucket(stack, 'Bucket');
+    return () =>
+      new TaskRoles(stack, 'TaskRoles', {
+        tasks,
+        stackName: 'Roles',
+        subnetIds: ['subnet-0123456789abcdef0'],
+        securityGroupId: 'sg-0123456789abcdef0',
+        launchTemplateId: 'lt-0123456789abcdef0',
+        amiParameterName: '/aws/service/ami',
+        instanceRole: new iam.Role(stack, 'Instance', {
+          assumedBy: new iam.ServicePrincipal('ec2.amazonaws.com'),
+        }),
+        documentName: 'Document',
+        programObjectArn: 'arn:aws:s3:::bucket/program.pyz',
+        commandLogGroupArn: 'arn:aws:logs:us-east-1:111122223333:log-group:commands:*',
+        kmsKeyArns: ['arn:aws:kms:us-east-1:111122223333:key/abcd'],
+        sourceBlocksBucket: bucket,
+        batchResultsBucket: bucket,
+        batchStateMachineName: 'Roles-Batch',
+      });
+  };
+  const contract = CONTRACT_TASKS.filter((t) => t.workflow).map((t) => ({
+    module: t.module,
+    grants: [...t.grants!],
+    describes: [...t.describes!],
+  }));
+
+  test("the contract's grants build", () => {
+    expect(Object.keys(build(contract)().roles)).toHaveLength(contract.length);
+  });
+
+  test('a grant lib/task-role.ts does not define fails the synth, naming it', () => {
+    const typo = contract.map((t) =>
+      t.module === 'launch' ? { ...t, grants: [...t.grants, 'RunAnything'] } : t,
+    );
+    expect(build(typo)).toThrow(/grants launch RunAnything, which lib\/task-role.ts does not define/);
+  });
+
+  test('a statement no task grants fails the synth, naming it', () => {
+    const without = contract.map((t) => ({ ...t, grants: t.grants.filter((g) => g !== 'RunSpotInstances') }));
+    expect(build(without)).toThrow(/defines RunSpotInstances, which no task of contract\/tasks.json grants/);
   });
 });

@@ -154,3 +154,33 @@ export function expectDeliveredOutputDenies(
     },
   });
 }
+
+/** A task role's description names its function (lib/task-role.ts TaskRoles). */
+const TASK_ROLE = /^ebs-snapshot-compactor task (\w+): /;
+
+type PolicyStatementJson = { Sid?: string; Effect?: string; Action: string | string[]; Resource: unknown };
+
+/** module -> the inline statements of that workflow task's own role. */
+export function taskRoleStatementsByModule<S = PolicyStatementJson>(template: Template): Record<string, S[]> {
+  const out: Record<string, S[]> = {};
+  for (const role of Object.values(template.findResources('AWS::IAM::Role'))) {
+    const module = TASK_ROLE.exec(String(role.Properties.Description ?? ''))?.[1];
+    if (!module) continue;
+    out[module] = (role.Properties.Policies ?? []).flatMap(
+      (policy: { PolicyDocument: { Statement: S[] } }) => policy.PolicyDocument.Statement,
+    );
+  }
+  return out;
+}
+
+/**
+ * Every statement any task role has, each once: what the task functions may do between them (tests of one
+ * statement's conditions read it here; which function has it, taskRoleStatementsByModule).
+ */
+export function taskRoleStatements<S = PolicyStatementJson>(template: Template): S[] {
+  const seen = new Map<string, S>();
+  for (const statements of Object.values(taskRoleStatementsByModule<S>(template))) {
+    for (const statement of statements) seen.set(JSON.stringify(statement), statement);
+  }
+  return [...seen.values()];
+}

@@ -55,6 +55,7 @@ def test_a_batch_succeeds(twin: tuple[Context, list[str]]) -> None:
     assert 0 < row["stored_bytes_after"] < row["stored_bytes_before"], row
     assert report["totals"]["succeeded"] == 1 and report["totals"]["failed"] == 0
     assert report["leaked_resources"] == 0, report["leaks"]
+    assert report["iam_denials"] == [], report["iam_denials"]  # each function's own role allows it
 
 
 def test_an_item_not_worth_compacting_is_skipped_after_its_dry_run(

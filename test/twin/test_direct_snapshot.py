@@ -206,7 +206,12 @@ def test_a_refused_pending_delete_is_left_to_time_out_then_swept(cdk_out, tmp_pa
         removed = [r["id"] for run in runs for e in run["executions"] for r in e["removed"]]
         assert started in removed, runs
         assert facts(emu, result, None).leaks == []
-        denials = iam_check.check_calls(emu.calls_path, ctx.d, cdk_out=cdk_out)
+        denials = iam_check.check_calls(
+            emu.calls_path,
+            ctx.d,
+            cdk_out=cdk_out,
+            usage_from="a direct snapshot swept after its Timeout",
+        )
         assert denials == [], "\n".join(map(str, denials))
 
 

