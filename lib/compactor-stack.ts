@@ -37,7 +37,7 @@ export interface WorkflowEnvironmentParts {
   readonly programKey: string;
 }
 
-/** The environment of every workflow task function (contract/environment.json, functions "workflow"). */
+/** Every workflow task function's key and value (contract/environment.json); each function gets its own keys. */
 export function workflowEnvironment(
   settings: Settings,
   parts: WorkflowEnvironmentParts,
@@ -58,7 +58,6 @@ export function workflowEnvironment(
     COMMAND_LOG_GROUP: parts.commandLogGroupName,
     EVENT_BUS_NAME: 'default',
     TRIGGER_TAG_KEY: settings.triggerTagKey,
-    MAX_LAUNCH_ATTEMPTS: String(settings.maxLaunchAttempts),
     ROOT_DEVICE_NAME,
     ROOT_VOLUME_GIB: String(ROOT_VOLUME_GIB),
     STATE_MACHINE_TIMEOUT_MINUTES: String(settings.stateMachineTimeoutMinutes),

@@ -104,13 +104,20 @@ export const POWERTOOLS_ENVIRONMENT: Record<string, string> = Object.fromEntries
 );
 
 /**
- * The keys contract/environment.json gives `functions` ('workflow' or a module), minus the Powertools
- * keys that lib/task-functions.ts adds to every function.
+ * The keys contract/environment.json gives `functions` (a module; 'workflow': those of any workflow task), minus
+ * the Powertools keys that lib/task-functions.ts adds to every function.
  */
 export function contractEnvironmentKeys(functions: string): string[] {
+  const modules = functions === 'workflow' ? WORKFLOW_TASK_MODULES : [functions];
   return contractEnvironment.variables
-    .filter((v) => v.functions.includes(functions) && v.readBy !== 'Powertools')
+    .filter((v) => v.readBy !== 'Powertools' && modules.some((module) => v.functions.includes(module)))
     .map((v) => v.name);
+}
+
+/** A workflow task's own environment: its keys of the workflow's `values`, and Powertools'. */
+export function taskEnvironment(module: string, values: Record<string, string>): Record<string, string> {
+  const keys = contractEnvironmentKeys(module);
+  return { ...Object.fromEntries(keys.map((key) => [key, values[key]])), ...POWERTOOLS_ENVIRONMENT };
 }
 
 /** Fails the synth when `values` sets a key the contract does not give these functions, or misses one. */
@@ -133,7 +140,7 @@ export function handlerOf(module: TaskModule): string {
 }
 
 export interface TaskFunctionsProps {
-  /** The Lambda environment of docs/contract.md, minus the Powertools keys added here. */
+  /** Every workflow key's value (contract/environment.json); each function gets only its own keys. */
   readonly environment: Record<string, string>;
   /** Each workflow task's own role (lib/task-role.ts TaskRoles). */
   readonly roles: Record<WorkflowTaskModule, iam.IRole>;
@@ -142,11 +149,10 @@ export interface TaskFunctionsProps {
   readonly powertoolsLayerArn?: string;
 }
 
-/** What every task function shares. */
+/** What every task function shares (each gets an environment of its own). */
 export interface TaskFunctionShared {
   readonly code: lambda.Code;
   readonly powertools: lambda.ILayerVersion;
-  readonly environment: Record<string, string>;
   readonly logRetention: logs.RetentionDays;
 }
 
@@ -154,7 +160,7 @@ export interface TaskFunctionShared {
 export function createTaskFunction(
   scope: Construct,
   module: TaskModule,
-  shared: TaskFunctionShared & { readonly role: iam.IRole },
+  shared: TaskFunctionShared & { readonly role: iam.IRole; readonly environment: Record<string, string> },
 ): lambda.Function {
   const id = module
     .split('_')
@@ -198,12 +204,15 @@ export class TaskFunctions extends Construct {
       code: lambdaCode(),
       powertools: lambda.LayerVersion.fromLayerVersionArn(this, 'Powertools', layerArn),
       logRetention: props.logRetention,
-      environment: { ...props.environment, ...POWERTOOLS_ENVIRONMENT },
     };
     this.functions = Object.fromEntries(
       WORKFLOW_TASK_MODULES.map((module) => [
         module,
-        createTaskFunction(this, module, { ...this.shared, role: props.roles[module] }),
+        createTaskFunction(this, module, {
+          ...this.shared,
+          role: props.roles[module],
+          environment: taskEnvironment(module, props.environment),
+        }),
       ]),
     ) as Record<WorkflowTaskModule, lambda.Function>;
   }

@@ -89,7 +89,7 @@ export class Triggers extends Construct {
       environment: {
         ...POWERTOOLS_ENVIRONMENT,
         ...checkedEnvironment('start_from_tag', {
-          TRIGGER_TAG_KEY: props.taskFunctionShared.environment.TRIGGER_TAG_KEY,
+          TRIGGER_TAG_KEY: props.triggerTagKey,
           STATE_MACHINE_ARN: props.stateMachine.stateMachineArn,
         }),
       },

@@ -82,7 +82,10 @@ def start_tag(ctx: Context) -> ExecutionResult:
     """Tag the (still pending) snapshot; deliver the tag event twice to the deployed rules'
     targets; run every execution that landed in Step Functions (there must be one)."""
     source = ctx.registered
-    trigger_key = next(iter(ctx.d.functions.values())).env.get("TRIGGER_TAG_KEY", "compact")
+    # the functions that read it are given it (contract/environment.json), start_from_tag among them
+    trigger_key = next(f.env for f in ctx.d.functions.values() if "TRIGGER_TAG_KEY" in f.env)[
+        "TRIGGER_TAG_KEY"
+    ]
     ctx.emu.state.tag_events.clear()
     ctx.emu.boto3_client("ec2").create_tags(
         Resources=[source.snapshot_ids[0]], Tags=[{"Key": trigger_key, "Value": "true"}]

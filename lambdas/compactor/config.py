@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from compactor import contract
 from compactor.errors import ConfigError
@@ -36,8 +37,21 @@ ARCHITECTURES = ("x86_64", "arm64")
 ENVIRONMENT_KEYS = contract.variable_names("Config")
 
 
-@dataclass(frozen=True)
+class _NotGiven:
+    """A Config field whose key the function was not given: reading it fails, naming the key."""
+
+    def __init__(self, key: str, task: str) -> None:
+        self.message = (
+            f"{task} reads {key}, which contract/environment.json does not give it: add {task} "
+            f"to the functions of {key} there (the stack then sets it on {task})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class Config:
+    """The workflow functions' settings. Config.from_env(task=MODULE) reads only the keys
+    contract/environment.json gives that function; every other field refuses to be read."""
+
     stack_name: str
     subnet_ids: tuple[str, ...]
     launch_template_id: str
@@ -51,7 +65,6 @@ class Config:
     command_log_group: str
     event_bus_name: str
     trigger_tag_key: str
-    max_launch_attempts: int
     root_device_name: str
     root_volume_gib: int
     # the transfer instance's architecture; picks the size table of compactor/sizing.py
@@ -68,62 +81,58 @@ class Config:
     program_bucket: str = ""
     program_key: str = ""
 
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if isinstance(value, _NotGiven):
+            raise ConfigError(value.message)
+        return value
+
+    def __repr__(self) -> str:
+        given = {
+            f.name: object.__getattribute__(self, f.name)
+            for f in fields(self)
+            if not isinstance(object.__getattribute__(self, f.name), _NotGiven)
+        }
+        return f"Config({', '.join(f'{k}={v!r}' for k, v in given.items())})"
+
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+    def from_env(cls, environ: Mapping[str, str] | None = None, task: str | None = None) -> Config:
+        """The keys `task` is given (contract/environment.json), each checked; None: every key
+        (the tests of code that several functions share)."""
         env = _Env(os.environ if environ is None else environ)
-        iops = env.integer("SOURCE_VOLUME_IOPS", GP3_MIN_IOPS, GP3_MAX_IOPS)
-        throughput = env.integer("SOURCE_VOLUME_THROUGHPUT", GP3_MIN_THROUGHPUT, GP3_MAX_THROUGHPUT)
-        if throughput > iops * GP3_MIB_PER_IOPS:
-            raise ConfigError(
-                f"SOURCE_VOLUME_THROUGHPUT={throughput} needs at least "
-                f"{int(throughput / GP3_MIB_PER_IOPS)} IOPS (gp3 allows {GP3_MIB_PER_IOPS} MiB/s "
-                f"per IOPS) but SOURCE_VOLUME_IOPS={iops}: raise the IOPS or lower the throughput"
-            )
-        rate = env.integer("VOLUME_INITIALIZATION_RATE", 0, VOLUME_INITIALIZATION_RATE_MAX)
-        if 0 < rate < VOLUME_INITIALIZATION_RATE_MIN:
-            raise ConfigError(
-                f"VOLUME_INITIALIZATION_RATE={rate} is invalid: use 0 (off) or "
-                f"{VOLUME_INITIALIZATION_RATE_MIN}-{VOLUME_INITIALIZATION_RATE_MAX} MiB/s"
-            )
-        root_device_name = _root_device_name(env)
-        return cls(
-            stack_name=env.text("STACK_NAME"),
-            subnet_ids=env.id_list("SUBNET_IDS", _SUBNET_ID),
-            launch_template_id=env.matching("LAUNCH_TEMPLATE_ID", _LAUNCH_TEMPLATE_ID),
-            # empty = chosen by the bytes to copy (compactor/sizing.py); set = the user's choice
-            instance_types=env.id_list("INSTANCE_TYPES", _INSTANCE_TYPE, allow_empty=True),
-            allow_on_demand=env.boolean("ALLOW_ON_DEMAND"),
-            source_volume_iops=iops,
-            source_volume_throughput=throughput,
-            volume_initialization_rate=rate or None,
-            max_volume_gib=env.integer("MAX_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
-            document_name=env.text("DOCUMENT_NAME"),
-            command_log_group=env.text("COMMAND_LOG_GROUP"),
-            event_bus_name=env.text("EVENT_BUS_NAME"),
-            trigger_tag_key=env.text("TRIGGER_TAG_KEY"),
-            max_launch_attempts=env.integer(
-                "MAX_LAUNCH_ATTEMPTS",
-                contract.limit("maxLaunchAttemptsMin"),
-                contract.limit("maxLaunchAttemptsMax"),
-            ),
-            root_device_name=root_device_name,
-            root_volume_gib=env.integer("ROOT_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
-            architecture=env.one_of("ARCHITECTURE", ARCHITECTURES),
-            state_machine_timeout_minutes=env.integer(
-                "STATE_MACHINE_TIMEOUT_MINUTES",
-                contract.limit("stateMachineTimeoutMinutesMin"),
-                contract.limit("stateMachineTimeoutMinutesMax"),
-            ),
-            compaction_poll_seconds=env.integer(
-                "COMPACTION_POLL_SECONDS",
-                contract.limit("pollSecondsMin"),
-                contract.limit("pollSecondsMax"),
-            ),
-            source_blocks_bucket=env.text("SOURCE_BLOCKS_BUCKET"),
-            batch_results_bucket=env.text("BATCH_RESULTS_BUCKET"),
-            program_bucket=env.text("PROGRAM_BUCKET"),
-            program_key=env.text("PROGRAM_KEY"),
+        keys = ENVIRONMENT_KEYS if task is None else contract.task_variable_names(task, "Config")
+        values: dict[str, Any] = {
+            field: _NotGiven(key, task or "") for key, (field, _) in _READERS.items()
+        }
+        for key in keys:
+            field, read = _READERS[key]
+            values[field] = read(env)
+        if {"SOURCE_VOLUME_IOPS", "SOURCE_VOLUME_THROUGHPUT"} <= set(keys):
+            _check_throughput(values["source_volume_iops"], values["source_volume_throughput"])
+        return cls(**values)
+
+
+def _check_throughput(iops: int, throughput: int) -> None:
+    if throughput > iops * GP3_MIB_PER_IOPS:
+        raise ConfigError(
+            f"SOURCE_VOLUME_THROUGHPUT={throughput} needs at least "
+            f"{int(throughput / GP3_MIB_PER_IOPS)} IOPS (gp3 allows {GP3_MIB_PER_IOPS} MiB/s "
+            f"per IOPS) but SOURCE_VOLUME_IOPS={iops}: raise the IOPS or lower the throughput"
         )
+
+
+def _initialization_rate(env: _Env) -> int | None:
+    rate = env.integer("VOLUME_INITIALIZATION_RATE", 0, VOLUME_INITIALIZATION_RATE_MAX)
+    if 0 < rate < VOLUME_INITIALIZATION_RATE_MIN:
+        raise ConfigError(
+            f"VOLUME_INITIALIZATION_RATE={rate} is invalid: use 0 (off) or "
+            f"{VOLUME_INITIALIZATION_RATE_MIN}-{VOLUME_INITIALIZATION_RATE_MAX} MiB/s"
+        )
+    return rate or None
+
+
+def _limited(name: str, low: str, high: str) -> Callable[[_Env], int]:
+    return lambda env: env.integer(name, contract.limit(low), contract.limit(high))
 
 
 def _root_device_name(env: _Env) -> str:
@@ -145,8 +154,8 @@ class _Env:
         value = self._environ.get(name, "").strip()
         if not value:
             raise ConfigError(
-                f"environment variable {name} is missing or empty: the stack sets it on every "
-                "task Lambda (docs/contract.md); redeploy the stack or set it"
+                f"environment variable {name} is missing or empty: the stack sets it on the "
+                "functions contract/environment.json gives it; redeploy the stack or set it"
             )
         return value
 
@@ -193,3 +202,59 @@ class _Env:
         if not low <= number <= high:
             raise ConfigError(f"{name}={number} is out of range: expected {low}-{high}")
         return number
+
+
+# environment key -> (Config field, its reader)
+_READERS: dict[str, tuple[str, Callable[[_Env], Any]]] = {
+    "STACK_NAME": ("stack_name", lambda env: env.text("STACK_NAME")),
+    "SUBNET_IDS": ("subnet_ids", lambda env: env.id_list("SUBNET_IDS", _SUBNET_ID)),
+    "LAUNCH_TEMPLATE_ID": (
+        "launch_template_id",
+        lambda env: env.matching("LAUNCH_TEMPLATE_ID", _LAUNCH_TEMPLATE_ID),
+    ),
+    # empty = chosen by the bytes to copy (compactor/sizing.py); set = the user's choice
+    "INSTANCE_TYPES": (
+        "instance_types",
+        lambda env: env.id_list("INSTANCE_TYPES", _INSTANCE_TYPE, allow_empty=True),
+    ),
+    "ALLOW_ON_DEMAND": ("allow_on_demand", lambda env: env.boolean("ALLOW_ON_DEMAND")),
+    "SOURCE_VOLUME_IOPS": (
+        "source_volume_iops",
+        lambda env: env.integer("SOURCE_VOLUME_IOPS", GP3_MIN_IOPS, GP3_MAX_IOPS),
+    ),
+    "SOURCE_VOLUME_THROUGHPUT": (
+        "source_volume_throughput",
+        lambda env: env.integer("SOURCE_VOLUME_THROUGHPUT", GP3_MIN_THROUGHPUT, GP3_MAX_THROUGHPUT),
+    ),
+    "VOLUME_INITIALIZATION_RATE": ("volume_initialization_rate", _initialization_rate),
+    "MAX_VOLUME_GIB": (
+        "max_volume_gib",
+        lambda env: env.integer("MAX_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
+    ),
+    "DOCUMENT_NAME": ("document_name", lambda env: env.text("DOCUMENT_NAME")),
+    "COMMAND_LOG_GROUP": ("command_log_group", lambda env: env.text("COMMAND_LOG_GROUP")),
+    "EVENT_BUS_NAME": ("event_bus_name", lambda env: env.text("EVENT_BUS_NAME")),
+    "TRIGGER_TAG_KEY": ("trigger_tag_key", lambda env: env.text("TRIGGER_TAG_KEY")),
+    "ROOT_DEVICE_NAME": ("root_device_name", _root_device_name),
+    "ROOT_VOLUME_GIB": (
+        "root_volume_gib",
+        lambda env: env.integer("ROOT_VOLUME_GIB", 1, GP3_MAX_SIZE_GIB),
+    ),
+    "ARCHITECTURE": ("architecture", lambda env: env.one_of("ARCHITECTURE", ARCHITECTURES)),
+    "STATE_MACHINE_TIMEOUT_MINUTES": (
+        "state_machine_timeout_minutes",
+        _limited(
+            "STATE_MACHINE_TIMEOUT_MINUTES",
+            "stateMachineTimeoutMinutesMin",
+            "stateMachineTimeoutMinutesMax",
+        ),
+    ),
+    "COMPACTION_POLL_SECONDS": (
+        "compaction_poll_seconds",
+        _limited("COMPACTION_POLL_SECONDS", "pollSecondsMin", "pollSecondsMax"),
+    ),
+    "SOURCE_BLOCKS_BUCKET": ("source_blocks_bucket", lambda env: env.text("SOURCE_BLOCKS_BUCKET")),
+    "BATCH_RESULTS_BUCKET": ("batch_results_bucket", lambda env: env.text("BATCH_RESULTS_BUCKET")),
+    "PROGRAM_BUCKET": ("program_bucket", lambda env: env.text("PROGRAM_BUCKET")),
+    "PROGRAM_KEY": ("program_key", lambda env: env.text("PROGRAM_KEY")),
+}

@@ -117,6 +117,15 @@ def variable_names(reader: str) -> tuple[str, ...]:
     )
 
 
+def task_variable_names(task: str, reader: str) -> tuple[str, ...]:
+    """The keys `reader` reads that contract/environment.json gives the function `task`."""
+    return tuple(
+        v["name"]
+        for v in variables()
+        if task in v["functions"] and v["name"] in variable_names(reader)
+    )
+
+
 def errors() -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], load("errors")["errors"])
 

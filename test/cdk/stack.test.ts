@@ -79,6 +79,23 @@ function workflowFunctionsTemplate(template: Template): Template {
   });
 }
 
+/**
+ * Every workflow function's variables in one object (each function gets only its own keys): a key two
+ * functions get has the same value in both.
+ */
+function workflowEnvironmentValues(template: Template): Record<string, unknown> {
+  const values: Record<string, unknown> = {};
+  for (const fn of Object.values(compactorFunctions(template)).filter(isWorkflowFunction)) {
+    for (const [key, value] of Object.entries(
+      fn.Properties.Environment.Variables as Record<string, unknown>,
+    )) {
+      if (key in values) expect({ key, value }).toEqual({ key, value: values[key] });
+      values[key] = value;
+    }
+  }
+  return values;
+}
+
 /** Statements of the AWS::IAM::Policy resources attached to the role whose logical id starts so. */
 function attachedPolicyStatements(template: Template, roleIdStart: string): Statement[] {
   return Object.values(template.findResources('AWS::IAM::Policy'))
@@ -130,7 +147,6 @@ describe('default stack', () => {
       COMMAND_LOG_GROUP: Match.anyValue(),
       EVENT_BUS_NAME: 'default',
       TRIGGER_TAG_KEY: 'compact',
-      MAX_LAUNCH_ATTEMPTS: '3',
       ROOT_DEVICE_NAME: '/dev/xvda',
       ROOT_VOLUME_GIB: '8',
       POWERTOOLS_SERVICE_NAME: 'ebs-snapshot-compactor',
@@ -150,33 +166,54 @@ describe('default stack', () => {
           LOG_LEVEL: 'INFO',
         });
       } else if (isWorkflowFunction(fn)) {
-        expect(Object.keys(variables).sort()).toEqual(Object.keys(expected).sort());
+        // each workflow function: its own keys (next test), each with the workflow's value
+        const own = Object.fromEntries(
+          Object.entries(expected).filter(([key]) => Object.keys(variables).includes(key)),
+        );
+        Template.fromJSON({ Resources: { Fn: fn } }).hasResourceProperties('AWS::Lambda::Function', {
+          Environment: { Variables: Match.objectEquals(own) },
+        });
       }
     }
     const workflowFunctions = Object.fromEntries(
       Object.entries(compactorFunctions(template)).filter(([, fn]) => isWorkflowFunction(fn)),
     );
     expect(Object.keys(workflowFunctions)).toHaveLength(CONTRACT_TASKS.filter((t) => t.workflow).length);
-    Template.fromJSON({ Resources: workflowFunctions }).allResourcesProperties('AWS::Lambda::Function', {
-      Environment: { Variables: Match.objectEquals(expected) },
-    });
+    // between them the workflow functions get every workflow key
+    const given = new Set(
+      Object.values(workflowFunctions).flatMap((fn) => Object.keys(fn.Properties.Environment.Variables)),
+    );
+    expect([...given].sort()).toEqual(Object.keys(expected).sort());
   });
 
   test('each function gets exactly the environment keys contract/environment.json gives it', () => {
-    const keysFor = (functions: string) =>
+    const workflowModules = new Set(CONTRACT_TASKS.filter((t) => t.workflow).map((t) => t.module));
+    const keysFor = (module: string) =>
       contractEnvironment.variables
-        .filter((v) => v.functions.includes(functions))
+        .filter(
+          (v) =>
+            v.functions.includes(module) || (workflowModules.has(module) && v.functions.includes('workflow')),
+        )
         .map((v) => v.name)
         .sort();
-    const workflowModules = new Set(CONTRACT_TASKS.filter((t) => t.workflow).map((t) => t.module));
     for (const fn of Object.values(compactorFunctions(template))) {
       const module = String(fn.Properties.Handler).split('.')[2];
-      const expected = keysFor(workflowModules.has(module) ? 'workflow' : module);
+      const expected = keysFor(module);
       expect({ module, keys: Object.keys(fn.Properties.Environment.Variables).sort() }).toEqual({
         module,
         keys: expected,
       });
     }
+    // e.g. check_instance reads no setting, launch the launch's and not the bucket of the batch results
+    const variablesOf = (module: string) =>
+      Object.keys(
+        Object.values(compactorFunctions(template)).find(
+          (fn) => fn.Properties.Handler === `compactor.handlers.${module}.handler`,
+        )!.Properties.Environment.Variables,
+      );
+    expect(variablesOf('check_instance').sort()).toEqual(Object.keys(POWERTOOLS_ENVIRONMENT).sort());
+    expect(variablesOf('launch')).toContain('LAUNCH_TEMPLATE_ID');
+    expect(variablesOf('launch')).not.toContain('BATCH_RESULTS_BUCKET');
     // the Powertools keys carry the contract's values
     for (const v of contractEnvironment.variables.filter((v) => v.readBy === 'Powertools')) {
       expect(POWERTOOLS_ENVIRONMENT[v.name]).toBe((v as { value?: string }).value);
@@ -449,8 +486,7 @@ describe('default stack', () => {
         actionsOf(s).some((a) => a.startsWith('s3:')) && !JSON.stringify(s.Resource).includes('BatchResults'),
     );
     // and the one object of the data-plane program, whose GET start_compaction presigns for the instance
-    const programKey = Object.values(compactorFunctions(template)).find(isWorkflowFunction)!.Properties
-      .Environment.Variables.PROGRAM_KEY;
+    const programKey = workflowEnvironmentValues(template).PROGRAM_KEY;
     expect(programKey).toMatch(/^[0-9a-f]{64}\.pyz$/);
     const objects = { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucketId, 'Arn'] }, '/*']] };
     s3.sort((a, b) => a.Sid!.localeCompare(b.Sid!));
@@ -695,15 +731,9 @@ describe('default stack', () => {
   test('the task environment names the launch template root device and size (launch maps the root itself)', () => {
     const [launchTemplate] = Object.values(template.findResources('AWS::EC2::LaunchTemplate'));
     const [root] = launchTemplate.Properties.LaunchTemplateData.BlockDeviceMappings;
-    const functions = Object.values(
-      workflowFunctionsTemplate(template).findResources('AWS::Lambda::Function'),
-    );
-    expect(functions.length).toBeGreaterThan(0);
-    for (const fn of functions) {
-      const variables = fn.Properties.Environment.Variables;
-      expect(variables.ROOT_DEVICE_NAME).toBe(root.DeviceName);
-      expect(variables.ROOT_VOLUME_GIB).toBe(String(root.Ebs.VolumeSize));
-    }
+    const variables = workflowEnvironmentValues(template);
+    expect(variables.ROOT_DEVICE_NAME).toBe(root.DeviceName);
+    expect(variables.ROOT_VOLUME_GIB).toBe(String(root.Ebs.VolumeSize));
   });
 
   test('transfer instance security group: no inbound rule, HTTPS out only to the endpoints and the S3 prefix list', () => {
@@ -939,10 +969,8 @@ describe('settings change the stack', () => {
     });
     template.resourceCountIs('AWS::EC2::VPC', 0);
     template.resourceCountIs('AWS::EC2::VPCEndpoint', 0);
-    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
-      Environment: {
-        Variables: Match.objectLike({ SUBNET_IDS: 'subnet-0123456789abcdef0,subnet-0fedcba9876543210' }),
-      },
+    expect(workflowEnvironmentValues(template)).toMatchObject({
+      SUBNET_IDS: 'subnet-0123456789abcdef0,subnet-0fedcba9876543210',
     });
     template.hasResourceProperties('AWS::EC2::SecurityGroup', { VpcId: 'vpc-0123456789abcdef0' });
     expect(JSON.stringify(template.toJSON())).toMatch(/:subnet\/subnet-0fedcba9876543210/);
@@ -955,11 +983,7 @@ describe('settings change the stack', () => {
         ImageId: 'resolve:ssm:/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64',
       }),
     });
-    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
-      Environment: {
-        Variables: Match.objectLike({ INSTANCE_TYPES: '', ARCHITECTURE: 'arm64' }),
-      },
-    });
+    expect(workflowEnvironmentValues(template)).toMatchObject({ INSTANCE_TYPES: '', ARCHITECTURE: 'arm64' });
   });
 
   test('stack name, trigger key, listed KMS keys, layer override and retention are applied', () => {
@@ -981,18 +1005,14 @@ describe('settings change the stack', () => {
     template.hasResourceProperties('AWS::Events::Rule', {
       EventPattern: Match.objectLike({ detail: Match.objectLike({ 'changed-tag-keys': ['shrink-me'] }) }),
     });
-    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', {
-      Layers: [layer],
-      Environment: {
-        Variables: Match.objectLike({
-          STACK_NAME: 'Compactor2',
-          TRIGGER_TAG_KEY: 'shrink-me',
-          ALLOW_ON_DEMAND: 'false',
-          INSTANCE_TYPES: 'm7i.2xlarge,c7i.2xlarge',
-          STATE_MACHINE_TIMEOUT_MINUTES: '1440',
-          COMPACTION_POLL_SECONDS: '300',
-        }),
-      },
+    workflowFunctionsTemplate(template).allResourcesProperties('AWS::Lambda::Function', { Layers: [layer] });
+    expect(workflowEnvironmentValues(template)).toMatchObject({
+      STACK_NAME: 'Compactor2',
+      TRIGGER_TAG_KEY: 'shrink-me',
+      ALLOW_ON_DEMAND: 'false',
+      INSTANCE_TYPES: 'm7i.2xlarge,c7i.2xlarge',
+      STATE_MACHINE_TIMEOUT_MINUTES: '1440',
+      COMPACTION_POLL_SECONDS: '300',
     });
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 30 });
     const kms = statementsWith(taskRoleStatements<Statement>(template), 'kms:CreateGrant');

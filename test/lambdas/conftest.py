@@ -181,7 +181,6 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "COMMAND_LOG_GROUP": "/compactor-test/commands",
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": TRIGGER_TAG,
-            "MAX_LAUNCH_ATTEMPTS": "3",
             "ROOT_DEVICE_NAME": "/dev/xvda",
             "ROOT_VOLUME_GIB": "8",
             "ARCHITECTURE": "x86_64",

@@ -20,7 +20,6 @@ VALID = {
     "COMMAND_LOG_GROUP": "/compactor/commands",
     "EVENT_BUS_NAME": "default",
     "TRIGGER_TAG_KEY": "compact",
-    "MAX_LAUNCH_ATTEMPTS": "3",
     "ROOT_DEVICE_NAME": "/dev/xvda",
     "ROOT_VOLUME_GIB": "8",
     "ARCHITECTURE": "arm64",
@@ -41,7 +40,6 @@ def test_reads_every_variable() -> None:
     assert config.volume_initialization_rate is None
     assert (config.source_volume_iops, config.source_volume_throughput) == (3000, 750)
     assert config.max_volume_gib == 2048
-    assert config.max_launch_attempts == 3
     assert config.source_blocks_bucket == "compactor-sourceblocksbucket-0123"
     assert config.batch_results_bucket == "compactor-batchresultsbucket-0123"
     assert (config.root_device_name, config.root_volume_gib) == ("/dev/xvda", 8)
@@ -83,7 +81,6 @@ def test_a_missing_variable_is_named(name: str) -> None:
         ("VOLUME_INITIALIZATION_RATE", "99", "0 \\(off\\) or 100-300"),
         ("VOLUME_INITIALIZATION_RATE", "301", "0-300"),
         ("MAX_VOLUME_GIB", "65537", "1-65536"),
-        ("MAX_LAUNCH_ATTEMPTS", "0", "1-10"),
         ("ROOT_DEVICE_NAME", "xvda", "ROOT_DEVICE_NAME='xvda' is invalid"),
         ("ROOT_DEVICE_NAME", "/dev/nvme0n1", "ROOT_DEVICE_NAME='/dev/nvme0n1' is invalid"),
         ("ROOT_DEVICE_NAME", "/dev/sdf", "source and target volumes' device names"),

@@ -6,6 +6,7 @@ not the deployed workflow."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -25,6 +26,7 @@ from test_config import VALID
 
 REPO = Path(__file__).resolve().parents[2]
 HANDLERS_DIR = REPO / "lambdas" / "compactor" / "handlers"
+PACKAGE = HANDLERS_DIR.parent
 CONTRACT_DIR = REPO / "contract"
 
 
@@ -121,9 +123,82 @@ def test_trigger_config_reads_exactly_the_contracts_keys() -> None:
     assert recording.read == set(contract.variable_names("TriggerConfig"))
 
 
+def test_each_workflow_task_reads_exactly_its_own_keys() -> None:
+    """Config.from_env(task=...) reads the keys contract/environment.json gives that function,
+    and no other."""
+    for task in contract.task_modules(workflow_only=True):
+        recording = _Recording(VALID)
+        Config.from_env(recording, task=task)
+        assert (task, recording.read) == (task, set(contract.task_variable_names(task, "Config")))
+
+
+def test_a_key_the_task_was_not_given_is_refused_by_name() -> None:
+    given = Config.from_env(VALID, task="check_compaction")
+    assert given.command_log_group == VALID["COMMAND_LOG_GROUP"]
+    with pytest.raises(errors.ConfigError) as refused:
+        _ = given.stack_name
+    assert str(refused.value) == (
+        "check_compaction reads STACK_NAME, which contract/environment.json does not give it: "
+        "add check_compaction to the functions of STACK_NAME there (the stack then sets it on "
+        "check_compaction)"
+    )
+    assert "stack_name" not in repr(given) and "command_log_group" in repr(given)
+    # a task's missing key still fails at once, and another task's missing key does not matter
+    without = {k: v for k, v in VALID.items() if k != "COMMAND_LOG_GROUP"}
+    with pytest.raises(errors.ConfigError, match="COMMAND_LOG_GROUP is missing"):
+        Config.from_env(without, task="check_compaction")
+    assert Config.from_env(without, task="teardown").stack_name == VALID["STACK_NAME"]
+
+
+def test_each_handler_reads_the_settings_of_its_own_task() -> None:
+    for task in contract.task_modules(workflow_only=True):
+        source = (HANDLERS_DIR / f"{task}.py").read_text()
+        calls = re.findall(r"Config\.from_env\(([^)]*)\)", source)
+        assert calls in ([], [f'task="{task}"']), (task, calls)
+        # a task given keys reads them through its settings
+        assert bool(calls) == bool(contract.task_variable_names(task, "Config")), task
+
+
+def _imported_modules(module: str) -> set[str]:
+    """The compactor modules `module` imports, transitively."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = PACKAGE.parent / (name.replace(".", "/") + ".py")
+        if name in seen or not path.exists():
+            path = PACKAGE.parent / name.replace(".", "/") / "__init__.py"
+            if name in seen or not path.exists():
+                continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("compactor"):
+                todo += [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+    return seen
+
+
+def test_no_task_is_given_a_key_its_code_never_reads() -> None:
+    """Each key a task is given names a Config field that the handler's own modules read (an
+    over-approximation: a module imported for one function counts whole)."""
+    field_of = {key: field for key, (field, _) in config._READERS.items()}
+    for task in contract.task_modules(workflow_only=True):
+        code = "\n".join(
+            (PACKAGE.parent / (m.replace(".", "/") + ".py")).read_text()
+            for m in _imported_modules(f"compactor.handlers.{task}")
+            if (PACKAGE.parent / (m.replace(".", "/") + ".py")).exists()
+        )
+        unread = [
+            key
+            for key in contract.task_variable_names(task, "Config")
+            if not re.search(rf"\.{field_of[key]}\b", code)
+        ]
+        assert (task, unread) == (task, [])
+
+
 def test_every_key_goes_to_a_function_that_reads_it() -> None:
     readers = {
-        "workflow": {"Config", "Powertools"},
+        **{task: {"Config", "Powertools"} for task in contract.task_modules(workflow_only=True)},
+        "workflow": {"Powertools"},
         "start_from_tag": {"TriggerConfig", "Powertools"},
         "start_from_image_builder": {"ImageBuilderConfig", "Powertools"},
         "sweep": {"SweepConfig", "Powertools"},

@@ -140,3 +140,27 @@ def test_without_the_variable_nothing_is_written(
     monkeypatch.chdir(tmp_path)
     usage.record(usage.part("run", _roles(), {}, []))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_exemption_for_one_role_leaves_the_others_proven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOT_CALLED's "<role>:<Sid>" exempts that role's statement only."""
+    monkeypatch.setattr(
+        usage,
+        "NOT_CALLED",
+        {"TaskRolesTeardown:RemoveOnlyTheStacksResources": "a path the twin does not run"},
+    )
+    roles = _roles()
+    roles[LAUNCH][0]["policy"]["Statement"].append(
+        {"Sid": "RemoveOnlyTheStacksResources", "Effect": "Allow", "Action": "ec2:DeleteVolume",
+         "Resource": "*"}
+    )  # fmt: skip
+    monkeypatch.setenv(usage.USAGE_DIR_ENV, str(tmp_path))
+    usage.record(usage.part("happy", roles, {LAUNCH: {"Task/RunSpotInstances": 1}}, []))
+    report = usage.merge(usage.read_parts(tmp_path))
+    assert f"{TEARDOWN}: Task/RemoveOnlyTheStacksResources" in report["notCalled"]
+    assert (
+        f"{LAUNCH}: statement Task/RemoveOnlyTheStacksResources (ec2:DeleteVolume)"
+        in (report["unused"])
+    )

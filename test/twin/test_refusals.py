@@ -66,7 +66,6 @@ def config(emu: Emulator, compactor_modules: Any) -> Any:
             "COMMAND_LOG_GROUP": "/twin-refusals/commands",
             "EVENT_BUS_NAME": "default",
             "TRIGGER_TAG_KEY": "compact",
-            "MAX_LAUNCH_ATTEMPTS": "3",
             "ROOT_DEVICE_NAME": "/dev/xvda",
             "ROOT_VOLUME_GIB": "8",
             "ARCHITECTURE": "x86_64",

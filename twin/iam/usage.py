@@ -27,9 +27,15 @@ from typing import Any
 
 USAGE_DIR_ENV = "TWIN_IAM_USAGE"
 
-# Statements (by Sid) that no call of the code makes, or that only a path the twin does not model
-# uses, with the reason; the template tests check each statically.
+# Statements that no call of the code makes, or that only a path the twin does not model uses,
+# with the reason; the template tests check each statically. By Sid (in every role), or by
+# "<role's construct path, as its logical id without the hash>:<Sid>" (in that role only).
 NOT_CALLED: dict[str, str] = {
+    "TaskRolesStartCompaction:CheckKeysBeforeLaunching": (
+        "start_compaction describes a target key only when the plan names it by id, as plans of "
+        "versions before targetKmsKeyId did (prepare now resolves every key to its ARN): an "
+        "execution that spans an update"
+    ),
     "ResolveTheAmiParameterOfTheLaunchTemplate": (
         "EC2 resolves the launch template's resolve:ssm: image with the caller's permissions; "
         "the checker cannot simulate it (the public parameter's ARN has no account)"
@@ -145,21 +151,25 @@ def merge(lines: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 row["calls"] += calls
                 if calls and line["run"] not in row["runs"]:
                     row["runs"].append(line["run"])
-    every_sid = {sid for role in roles.values() for sid in role["statements"]}
     unused: list[str] = []
     not_called: list[str] = []
     for role, seen in sorted(roles.items()):
         for sid, row in sorted(seen["statements"].items()):
             if row["calls"] or row["effect"] != "Allow":
                 continue
-            reason = not_called_reason(sid, row["actions"])
+            reason = not_called_reason(role, sid, row["actions"])
             if reason:
                 row["notCalled"] = reason
                 not_called.append(f"{role}: {sid}")
             else:
                 unused.append(f"{role}: statement {sid} ({', '.join(row['actions'])})")
-    sids = {sid.split("/", 1)[1] for sid in every_sid}
-    stale = sorted(set(NOT_CALLED) - sids) if roles else []
+    names = {
+        name
+        for role, seen in roles.items()
+        for statement in seen["statements"]
+        for name in (statement.split("/", 1)[1], f"{role[:-8]}:{statement.split('/', 1)[1]}")
+    }
+    stale = sorted(set(NOT_CALLED) - names) if roles else []
     return {
         "runs": runs,
         "roles": roles,
@@ -170,13 +180,15 @@ def merge(lines: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def not_called_reason(statement: str, actions: list[str]) -> str | None:
-    """Why no call of the code uses this statement (NOT_CALLED, SERVICE_ACTIONS), else None."""
+def not_called_reason(role: str, statement: str, actions: list[str]) -> str | None:
+    """Why no call of the code uses this statement of this role (NOT_CALLED, SERVICE_POLICIES,
+    SERVICE_ACTIONS), else None."""
     policy, sid = statement.split("/", 1)
     if policy[:-8] in SERVICE_POLICIES:
         return SERVICE_POLICIES[policy[:-8]]
-    if sid in NOT_CALLED:
-        return NOT_CALLED[sid]
+    for key in (f"{role[:-8]}:{sid}", sid):
+        if key in NOT_CALLED:
+            return NOT_CALLED[key]
     if actions and all(action in SERVICE_ACTIONS for action in actions):
         return "; ".join(sorted({SERVICE_ACTIONS[action] for action in actions}))
     return None

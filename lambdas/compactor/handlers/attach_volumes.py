@@ -13,5 +13,7 @@ from compactor.observability import Event, task_handler
 @task_handler
 def handler(event: Event, context: LambdaContext) -> AttachResult:
     return attach.attach(
-        cast(Plan, event["plan"]), cast(InstanceResult, event["instance"]), Config.from_env()
+        cast(Plan, event["plan"]),
+        cast(InstanceResult, event["instance"]),
+        Config.from_env(task="attach_volumes"),
     )

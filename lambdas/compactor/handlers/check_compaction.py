@@ -12,7 +12,7 @@ from compactor.ssm import commands
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> CompactionResult:
-    config = Config.from_env()  # fail fast on a broken environment, like every task
+    config = Config.from_env(task="check_compaction")
     return commands.check(
         cast(InstanceResult, event["instance"]),
         cast(CommandResult, event["command"]),

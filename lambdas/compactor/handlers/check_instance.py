@@ -4,7 +4,6 @@ from typing import cast
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from compactor.config import Config
 from compactor.ec2 import instances
 from compactor.models import InstanceResult, Plan, ReadyResult
 from compactor.observability import Event, task_handler
@@ -12,5 +11,4 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> ReadyResult:
-    Config.from_env()  # fail fast on a broken environment, like every task
     return instances.check(cast(Plan, event["plan"]), cast(InstanceResult, event["instance"]))

@@ -15,6 +15,6 @@ def handler(event: Event, context: LambdaContext) -> NewSnapshots:
     attached = cast(AttachResult, event["attached"])
     return {
         "snapshots": snapshots.create_from_targets(
-            cast(Plan, event["plan"]), attached["volumes"], Config.from_env()
+            cast(Plan, event["plan"]), attached["volumes"], Config.from_env(task="create_snapshots")
         )
     }

@@ -6,14 +6,12 @@ from typing import cast
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import fast_snapshot_restore
-from compactor.config import Config
 from compactor.models import FastSnapshotRestoreResult, Plan, SnapshotsResult
 from compactor.observability import Event, task_handler
 
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> FastSnapshotRestoreResult:
-    Config.from_env()  # fail fast on a broken environment, like every task
     plan = cast(Plan, event["plan"])
     azs = plan["fastSnapshotRestoreAzs"]
     snapshot_ids = [s["snapshotId"] for s in cast(SnapshotsResult, event["snapshots"])["snapshots"]]

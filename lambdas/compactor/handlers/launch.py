@@ -14,5 +14,7 @@ from compactor.observability import Event, task_handler
 @task_handler
 def handler(event: Event, context: LambdaContext) -> InstanceResult:
     return launch.launch(
-        cast(Plan, event["plan"]), int(event.get("launchAttempt", 1)), Config.from_env()
+        cast(Plan, event["plan"]),
+        int(event.get("launchAttempt", 1)),
+        Config.from_env(task="launch"),
     )

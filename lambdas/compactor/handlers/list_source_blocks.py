@@ -15,5 +15,5 @@ def handler(event: Event, context: LambdaContext) -> SourceBlocksResult:
     return source_blocks.list_blocks(
         cast(Plan, event["plan"]),
         cast("SourceBlocksResult | None", event.get("sourceBlocks")),
-        Config.from_env().source_blocks_bucket,
+        Config.from_env(task="list_source_blocks").source_blocks_bucket,
     )

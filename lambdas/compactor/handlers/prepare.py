@@ -16,5 +16,5 @@ def handler(event: Event, context: LambdaContext) -> Plan:
     parts = arn.split(":")
     account = parts[4] if len(parts) > 4 and parts[4].isdigit() else None
     return planning.plan(
-        event.get("input"), event.get("executionName", ""), Config.from_env(), account
+        event.get("input"), event.get("executionName", ""), Config.from_env(task="prepare"), account
     )

@@ -22,7 +22,7 @@ DEFAULT_SECONDS_LEFT = 60.0
 def handler(event: Event, context: LambdaContext) -> ImageResult:
     plan = cast(Plan, event["plan"])
     snapshots = cast(SnapshotsResult, event["snapshots"])["snapshots"]
-    result = images.register(plan, snapshots, Config.from_env())
+    result = images.register(plan, snapshots, Config.from_env(task="register_image"))
     if not plan.get("copySharing") or result["imageId"] is None or plan["image"] is None:
         return result
     copied = sharing.copy(

@@ -15,7 +15,7 @@ from compactor.report.metrics import emit_report_metrics
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> Report:
-    config = Config.from_env()
+    config = Config.from_env(task="report")
     report = build.build(event, datetime.now(UTC), config)
     events.publish(report, config.event_bus_name)
     emit_report_metrics(event, report)

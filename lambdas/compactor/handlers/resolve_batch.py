@@ -10,7 +10,7 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> dict[str, object]:
-    config = Config.from_env()
+    config = Config.from_env(task="resolve_batch")
     return resolve.resolve(
         event.get("input"), event.get("executionName", ""), config.trigger_tag_key
     )

@@ -18,6 +18,6 @@ def handler(event: Event, context: LambdaContext) -> CommandResult:
         cast(InstanceResult, event["instance"]),
         cast(AttachResult, event["attached"]),
         cast(SourceBlocksResult, event["sourceBlocks"]),
-        Config.from_env(),
+        Config.from_env(task="start_compaction"),
         int(event.get("launchAttempt", 1)),
     )

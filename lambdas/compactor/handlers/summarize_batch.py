@@ -12,4 +12,4 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> dict[str, object]:
-    return summarize.summarize(event, Config.from_env())
+    return summarize.summarize(event, Config.from_env(task="summarize_batch"))

@@ -10,7 +10,7 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> TeardownResult:
-    config = Config.from_env()
+    config = Config.from_env(task="teardown")
     return teardown.teardown(
         config.stack_name,
         str(event.get("executionName") or ""),
