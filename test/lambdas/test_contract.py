@@ -157,6 +157,15 @@ def test_each_handler_reads_the_settings_of_its_own_task() -> None:
         assert calls in ([], [f'task="{task}"']), (task, calls)
         # a task given keys reads them through its settings
         assert bool(calls) == bool(contract.task_variable_names(task, "Config")), task
+    # and only the handler makes them: a module that read Config.from_env() itself would read every
+    # key, including those its function is not given (summarize_batch's results.py once did)
+    elsewhere = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.parent != HANDLERS_DIR and path.name != "config.py"
+        and "Config.from_env(" in path.read_text()
+    ]  # fmt: skip
+    assert elsewhere == []
 
 
 def _imported_modules(module: str) -> set[str]:

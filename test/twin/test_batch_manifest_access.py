@@ -17,6 +17,7 @@ from twin.emulator import map_runs, s3_twin
 from twin.emulator.faults import Faults
 from twin.emulator.server import Emulator
 from twin.execution import invoke_function
+from twin.iam.check import check_calls
 
 RESOLVE = "compactor.handlers.resolve_batch.handler"
 SUMMARIZE = "compactor.handlers.summarize_batch.handler"
@@ -70,6 +71,9 @@ def test_a_failed_batch_without_a_manifest_still_writes_its_report(
         (item,) = report["items"]
         assert item["outcome"] == "not-run"
         assert item["cause"].startswith("no manifest at s3://"), item["cause"]
+        # summarize_batch may list the bucket, so the missing manifest was a 404 to it
+        usage = "a failed batch without a manifest"
+        assert check_calls(emu.calls_path, d, cdk_out=cdk_out, usage_from=usage) == []
 
 
 @pytest.mark.parametrize("caller", ["someone-without-listing", None])

@@ -31,6 +31,19 @@ USAGE_DIR_ENV = "TWIN_IAM_USAGE"
 # with the reason; the template tests check each statically. By Sid (in every role), or by
 # "<role's construct path, as its logical id without the hash>:<Sid>" (in that role only).
 NOT_CALLED: dict[str, str] = {
+    "TaskRolesResolveBatch:Describe": (
+        "only a batch with a selector describes (paginated DescribeSnapshots/DescribeImages of the "
+        "account); the twin's batches list their items (test/lambdas runs the selector on moto)"
+    ),
+    "TaskRolesSummarizeBatch:FindABatchsResultFiles": (
+        "S3 weighs s3:ListBucket when a GetObject names a missing key (404 to a caller that may "
+        "list, else 403); the twin's S3 reads the grant from the role's statements for that "
+        "answer (test_batch_manifest_access.py) and records no authorization for it"
+    ),
+    "OperationsSweepRole:PublishSweptEvents": (
+        "the twin runs sweeper.sweep as the schedule would, not its handler, which publishes the "
+        "sweep event (test/lambdas/test_sweep.py checks the handler)"
+    ),
     "TaskRolesStartCompaction:CheckKeysBeforeLaunching": (
         "start_compaction describes a target key only when the plan names it by id, as plans of "
         "versions before targetKmsKeyId did (prepare now resolves every key to its ARN): an "

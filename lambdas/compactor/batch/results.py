@@ -36,8 +36,13 @@ class MapResults:
 
 
 def load(
-    map_output: Mapping[str, Any] | None, prefix: str, execution_arn: str | None
+    map_output: Mapping[str, Any] | None,
+    prefix: str,
+    execution_arn: str | None,
+    results_bucket: str,
 ) -> MapResults:
+    """The Map's results; `results_bucket` (the stack's batch results bucket) holds them when the
+    Map's output does not tell where they are."""
     details = (map_output or {}).get("ResultWriterDetails") or {}
     bucket, key = details.get("Bucket"), details.get("Key")
     map_run_arn = (map_output or {}).get("MapRunArn")
@@ -46,13 +51,10 @@ def load(
         if map_run_arn is None:
             return MapResults(missing="the Map wrote no results (its map run was not found)")
         bucket, key = None, f"{prefix}/{map_run_arn.rsplit(':', 1)[-1]}/manifest.json"
-    return _read_manifest(bucket, key, map_run_arn)
+    return _read_manifest(bucket or results_bucket, key, map_run_arn)
 
 
-def _read_manifest(bucket: str | None, key: str, map_run_arn: str | None) -> MapResults:
-    from compactor.config import Config
-
-    bucket = bucket or Config.from_env().batch_results_bucket
+def _read_manifest(bucket: str, key: str, map_run_arn: str | None) -> MapResults:
     manifest = _get_json(bucket, key)
     if manifest is None:
         return MapResults(map_run_arn=map_run_arn, missing=f"no manifest at s3://{bucket}/{key}")

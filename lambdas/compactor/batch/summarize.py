@@ -30,7 +30,9 @@ def summarize(event: Mapping[str, Any], config: Config) -> dict[str, Any]:
     if not execution_name:
         raise InvalidInput("executionName is missing from the summarize_batch payload")
     map_error = event.get("mapError")
-    loaded = results.load(event.get("map"), PREFIX, event.get("executionArn"))
+    loaded = results.load(
+        event.get("map"), PREFIX, event.get("executionArn"), config.batch_results_bucket
+    )
     built = report.build(
         execution_name, batch["items"], loaded, map_error, batch.get("alreadyCompacted")
     )
