@@ -179,7 +179,11 @@ def broken_invariants(row: dict[str, Any]) -> list[str]:
     if row.get("iam_denials"):
         broken.append(f"denied by IAM: {row['iam_denials']}")
     if row.get("new_image_boots") is False:
-        broken.append("the new AMI did not boot")
+        failed = [boot for role, boot in (row.get("boot_proof") or {}).items()
+                  if role.startswith("new") and not boot.get("boots")]  # fmt: skip
+        broken += [f"the new AMI did not boot: {_why_not(b)}" for b in failed] or [
+            "the new AMI did not boot"
+        ]
     if not row["source_snapshot_unchanged"]:
         broken.append("the source snapshot changed")
     if row.get("dry_run") and (row.get("snapshots_created") or row.get("new_image_id")):
@@ -194,6 +198,13 @@ def broken_invariants(row: dict[str, Any]) -> list[str]:
         if row.get("new_image_id") and not row["new_image_existing"]:
             broken.append(f"the delivered AMI {row['new_image_id']} does not exist")
     return broken
+
+
+def _why_not(boot: dict[str, Any]) -> str:
+    """A failed boot in a line: its dead end or timeout, when, and the console's last line."""
+    end = "timed out" if boot.get("timed_out") else boot.get("fatal") or boot.get("marker")
+    tail = (boot.get("console_tail") or ["(no console output)"])[-1]
+    return f"{end} after {boot.get('seconds')} s, milestones {boot.get('milestones')}, last: {tail}"
 
 
 def exact(row: dict[str, Any]) -> bool:

@@ -60,6 +60,13 @@ def test_a_broken_invariant_is_named() -> None:
     assert broken_invariants(_row()) == []
     assert broken_invariants({**_row(), "leaked_resources": 2}) == ["leaked: 2"]
     assert broken_invariants({**_row(), "new_image_boots": False}) == ["the new AMI did not boot"]
+    stuck = {"boots": False, "timed_out": False, "fatal": "no GRUB", "seconds": 31.0,
+             "milestones": {}, "console_tail": ["Booting from Hard Disk..."]}  # fmt: skip
+    row = {**_row(), "new_image_boots": False, "boot_proof": {"new": stuck, "source": {}}}
+    assert broken_invariants(row) == [
+        "the new AMI did not boot: no GRUB after 31.0 s, milestones {}, "
+        "last: Booting from Hard Disk..."
+    ]
     assert broken_invariants({**_row(), "new_snapshot_ids_existing": []}) == [
         "delivered ['snap-1'], of which exist []"
     ]

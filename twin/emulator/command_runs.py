@@ -92,8 +92,13 @@ def kill(run: CommandRun) -> None:
             os.killpg(run.process.pid, signal.SIGKILL)
 
 
+# A bound on a hung run, not an estimate: with 30 s, a run's mount outlived terminate_instances
+# in a suite at a load of 15-25 on 2 cores (test_boot_twin: the user root is unmounted...)
+STOP_SECONDS = 120
+
+
 def stop(run: CommandRun) -> None:
-    """Kill the run and wait (up to 30 s) for its thread to free its devices."""
+    """Kill the run and wait (up to STOP_SECONDS) for its thread to free its devices."""
     kill(run)
     if run.thread is not None and run.thread is not threading.current_thread():
-        run.thread.join(timeout=30)
+        run.thread.join(timeout=STOP_SECONDS)
