@@ -1,4 +1,4 @@
-import { Annotations, Duration } from 'aws-cdk-lib';
+import { Annotations } from 'aws-cdk-lib';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
@@ -6,7 +6,12 @@ import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
 import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { Construct } from 'constructs';
 import { BATCH_RESULTS_PREFIX } from './source-blocks-bucket';
-import { ErrorRoute, WorkflowBuilder } from './workflow-building-blocks';
+import {
+  ErrorRoute,
+  retryStartExecution,
+  START_EXECUTION_RETRY_ERRORS,
+  WorkflowBuilder,
+} from './workflow-building-blocks';
 
 /** The batch state machine's name: fixed, `<stack name>-Batch` (at most 70 of the 80 characters allowed). */
 export function batchStateMachineName(stackName: string): string {
@@ -31,17 +36,8 @@ export const BATCH_STATES = {
   itemDone: 'Item done',
 } as const;
 
-/**
- * Errors of StartExecution worth another try: throttling and the open-executions quota. Step Functions names an
- * integrated service's error after its SDK exception class (`StepFunctions.ExecutionLimitExceededException`), so
- * both spellings are matched. Anything else (`StepFunctions.ExecutionAlreadyExistsException`, a failed child:
- * States.TaskFailed) fails the item, and the Map counts it.
- */
-export const START_EXECUTION_RETRY_ERRORS = [
-  'StepFunctions.ThrottlingException',
-  'StepFunctions.ExecutionLimitExceeded',
-  'StepFunctions.ExecutionLimitExceededException',
-];
+/** Re-exported for the batch's tests: the one list is the building blocks'. */
+export { START_EXECUTION_RETRY_ERRORS };
 
 /** What an iteration keeps of a child's DescribeExecution (sync:2 gives Output as JSON): small result files. */
 const CHILD_RESULT = {
@@ -205,14 +201,7 @@ export class BatchWorkflow extends Construct {
       resultSelector: CHILD_RESULT,
       resultPath,
     });
-    task.addRetry({
-      errors: START_EXECUTION_RETRY_ERRORS,
-      interval: Duration.seconds(5),
-      maxAttempts: 8,
-      backoffRate: 2,
-      maxDelay: Duration.seconds(300),
-      jitterStrategy: sfn.JitterType.FULL,
-    });
+    retryStartExecution(task);
     return task;
   }
 }

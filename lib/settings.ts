@@ -265,31 +265,61 @@ function readOperations(
   };
 }
 
+/** Each execution's worst case must stay under half the limit: retries and redrives use the rest. */
+export const HISTORY_EVENT_BUDGET = HISTORY_EVENT_LIMIT / 2;
 /**
- * Worst case: prepare polls the sources to its bound, the block lists take theirs; every launch attempt waits, attaches, compacts
- * (the plan's attempts, at most COMPACTION_POLL_MAX_ATTEMPTS) and tears down to its bound; then the
- * snapshot loop and two more teardowns (success, then the warnings chain's or the failure chain's) run to theirs.
+ * Events one launch attempt adds to the parent's history: `Run attempt` (startExecution.sync:2: entered,
+ * scheduled, started, submitted, succeeded, exited) and the `Attempt outcome?`, `Launch again?` and `Relaunch`
+ * states (2 each). test/cdk/history.test.ts checks it against the synthesized definition.
  */
-export function worstCaseHistoryEvents(s: Settings): number {
+export const PARENT_EVENTS_PER_ATTEMPT = 12;
+
+/** The worst case of each execution: the compaction workflow (the parent) and one launch attempt (its child). */
+export interface HistoryEvents {
+  readonly parent: number;
+  readonly attempt: number;
+}
+
+/**
+ * Worst case, every loop to its bound: the parent polls the sources and the block lists, runs every launch
+ * attempt (maxLaunchAttempts) and two teardowns (success, then the warnings chain's or the failure chain's); an
+ * attempt waits until ready, attaches, compacts (the plan's calls, at most COMPACTION_POLL_MAX_ATTEMPTS),
+ * snapshots and tears down (before a relaunch). test/cdk/history.test.ts computes the same from the synthesized
+ * definitions and checks that this estimate is never below it.
+ */
+export function worstCaseHistoryEvents(s: Settings): HistoryEvents {
   const compaction = Math.max(s.compactionPoll.maxAttempts, COMPACTION_POLL_MAX_ATTEMPTS);
-  const perLaunch =
-    s.readyPoll.maxAttempts + s.attachPoll.maxAttempts + compaction + s.teardownPoll.maxAttempts;
-  const iterations =
-    s.sourcePoll.maxAttempts +
-    s.blockListPoll.maxAttempts +
-    s.maxLaunchAttempts * perLaunch +
+  const parentIterations = s.sourcePoll.maxAttempts + s.blockListPoll.maxAttempts + 2 * s.teardownPoll.maxAttempts;
+  const attemptIterations =
+    s.readyPoll.maxAttempts +
+    s.attachPoll.maxAttempts +
+    compaction +
     s.snapshotPoll.maxAttempts +
-    2 * s.teardownPoll.maxAttempts;
-  return iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS;
+    s.teardownPoll.maxAttempts;
+  return {
+    parent:
+      parentIterations * EVENTS_PER_POLL_ITERATION +
+      s.maxLaunchAttempts * PARENT_EVENTS_PER_ATTEMPT +
+      EVENTS_OUTSIDE_LOOPS,
+    attempt: attemptIterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS,
+  };
 }
 
 function checkHistoryBudget(s: Settings): void {
   const events = worstCaseHistoryEvents(s);
-  if (events > HISTORY_EVENT_LIMIT) {
+  const over = (
+    [
+      ['compaction workflow', events.parent, 'sourcePollMaxAttempts, blockListPollMaxAttempts, teardownPollMaxAttempts'],
+      ['launch attempt', events.attempt, 'the ready, attach, snapshot and teardown *PollMaxAttempts'],
+    ] as const
+  ).find(([, n]) => n > HISTORY_EVENT_BUDGET);
+  if (over) {
+    const [which, n, keys] = over;
     throw new SettingsError(
-      `The poll bounds allow ${events} history events in the worst case, over the Step Functions limit of ` +
-        `${HISTORY_EVENT_LIMIT} (an execution that hits it fails without tearing down). Lower the *PollMaxAttempts ` +
-        'settings or maxLaunchAttempts, and raise the matching *PollSeconds to keep the same total time.',
+      `The poll bounds allow ${n} history events in the worst case of one ${which} execution, over the budget of ` +
+        `${HISTORY_EVENT_BUDGET} (half the Step Functions limit of ${HISTORY_EVENT_LIMIT}: an execution that hits ` +
+        `the limit fails without tearing down). Lower ${keys}, and raise the matching *PollSeconds to keep the ` +
+        'same total time.',
     );
   }
 }

@@ -38,13 +38,43 @@ export type Phase = string;
 export const POLL_LOOPS: readonly string[] = contract.pollLoops;
 export type PollLoop = string;
 
+/** The value at a JSONPath of the state, whatever its type. */
+export const $ = (path: string) => sfn.JsonPath.objectAt(path);
+
+/**
+ * Errors of StartExecution worth another try: throttling and the open-executions quota. Step Functions names an
+ * integrated service's error after its SDK exception class (`StepFunctions.ExecutionLimitExceededException`), so
+ * both spellings are matched. Anything else (`StepFunctions.ExecutionAlreadyExistsException`, a failed child:
+ * States.TaskFailed) goes to the state's Catch.
+ */
+export const START_EXECUTION_RETRY_ERRORS = [
+  'StepFunctions.ThrottlingException',
+  'StepFunctions.ExecutionLimitExceeded',
+  'StepFunctions.ExecutionLimitExceededException',
+];
+
+/** The one Retry of every startExecution.sync:2 Task (the batch's items, the compaction's attempts). */
+export function retryStartExecution(task: tasks.StepFunctionsStartExecution): void {
+  task.addRetry({
+    errors: START_EXECUTION_RETRY_ERRORS,
+    interval: Duration.seconds(5),
+    maxAttempts: 8,
+    backoffRate: 2,
+    maxDelay: Duration.seconds(300),
+    jitterStrategy: sfn.JitterType.FULL,
+  });
+}
+
 /** CDK drops null from Parameters; this intrinsic yields a JSON null at run time. */
 export const JSON_NULL = sfn.JsonPath.stringToJson('null');
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** The state machines of the task table: the compaction workflow, the cleanup after a failed one, the batch. */
-export type StateMachineName = 'main' | 'cleanup' | 'batch';
+/**
+ * The state machines of the task table: the compaction workflow, its launch attempts (a child execution each),
+ * the cleanup after a failed one, the batch.
+ */
+export type StateMachineName = 'main' | 'attempt' | 'cleanup' | 'batch';
 
 /** One Task state of contract/tasks.json: what it sends its Lambda and where the result goes. */
 export interface TaskStateEntry {

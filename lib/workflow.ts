@@ -2,16 +2,19 @@ import { Duration } from 'aws-cdk-lib';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sfn from 'aws-cdk-lib/aws-stepfunctions';
+import * as tasks from 'aws-cdk-lib/aws-stepfunctions-tasks';
 import { Construct } from 'constructs';
+import { ATTEMPT_INPUT_KEYS, LaunchAttemptWorkflow } from './attempt-workflow';
 import { LIMITS, PollLoopSettings, Settings } from './settings';
 import { WorkflowTaskModule } from './task-functions';
 import {
+  $,
   contractError,
   ErrorRoute,
   JSON_NULL,
   PHASES,
   POLL_LOOPS,
-  SpecificCatch,
+  retryStartExecution,
   WorkflowBuilder,
 } from './workflow-building-blocks';
 
@@ -20,8 +23,6 @@ export interface CompactionWorkflowProps {
   readonly functions: Record<WorkflowTaskModule, lambda.IFunction>;
   readonly logGroup: logs.ILogGroup;
 }
-
-export const $ = (path: string) => sfn.JsonPath.objectAt(path);
 
 /** How long a poll loop may run, for the messages of its timeout errors. */
 const minutesOf = (bound: PollLoopSettings) => Math.round((bound.maxAttempts * bound.intervalSeconds) / 60);
@@ -34,16 +35,19 @@ const blockListMinutes = (bound: PollLoopSettings) =>
 
 /**
  * The compaction workflow of docs/contract.md: prepare (until the sources are completed) → list the source
- * snapshots' blocks → launch → wait
- * until ready → attach volumes → compact → snapshot (written directly by the data plane, or CreateSnapshot of the
- * target volumes) → Delivered → [register image] → [fast snapshot restore]
- * → teardown → report; a dry run goes from compact to its own teardown and report (outcome `estimated`). Lost instances take the relaunch path. Before `Delivered` every task catches into the
- * failure chain (teardown → report → Fail); from `Delivered` on, into the warnings chain, which keeps the
- * new snapshots and AMI and ends in success with outcome `succeeded-with-warnings` - except Register image, whose
- * error fails the run (`ImageNotDelivered`) through the failure chain, which keeps the delivered snapshots.
+ * snapshots' blocks → `Run attempt`, a child execution of the launch attempt (lib/attempt-workflow.ts: launch →
+ * wait until ready → attach volumes → compact → snapshot, written directly by the data plane or CreateSnapshot
+ * of the target volumes) → Delivered → [register image] → [fast snapshot restore] → teardown → report; a dry
+ * run goes from its attempt to its own teardown and report (outcome `estimated`). An attempt that lost its
+ * instance is run again (`Launch again?`). Before `Delivered` every error goes to the failure chain (teardown →
+ * report → Fail); from `Delivered` on, into the warnings chain, which keeps the new snapshots and AMI and ends
+ * in success with outcome `succeeded-with-warnings` - except Register image, whose error fails the run
+ * (`ImageNotDelivered`) through the failure chain, which keeps the delivered snapshots.
  */
 export class CompactionWorkflow extends Construct {
   public readonly stateMachine: sfn.StateMachine;
+  /** Each launch attempt runs as a child execution of this state machine. */
+  public readonly attempt: LaunchAttemptWorkflow;
   private readonly b: WorkflowBuilder;
   private readonly settings: Settings;
 
@@ -52,10 +56,11 @@ export class CompactionWorkflow extends Construct {
     this.settings = props.settings;
     this.b = new WorkflowBuilder(this, 'main', props.functions);
 
+    this.attempt = new LaunchAttemptWorkflow(this, 'Attempt', props);
     // Both chains are built first because the tasks' Catches point at them.
     const onError = this.failureChain();
     const onWarning = this.warningsChain();
-    const definition = this.mainPath(onError, onWarning);
+    const definition = this.mainPath(this.attempt.stateMachine, onError, onWarning);
 
     this.stateMachine = new sfn.StateMachine(this, 'StateMachine', {
       stateMachineType: sfn.StateMachineType.STANDARD,
@@ -155,11 +160,44 @@ export class CompactionWorkflow extends Construct {
   }
 
   /**
-   * Instance lost while waiting, attaching or compacting: teardown(`retry`), then launch again while
-   * attempts remain (else the failure chain). Returns the Catch the instance-facing tasks put first.
+   * `Run attempt`: one launch attempt as a child execution (lib/attempt-workflow.ts, startExecution.sync:2),
+   * named after this execution and the attempt (idempotent when a throttled start is retried: Step Functions
+   * answers a running execution's name and input with that execution). Its output, the whole state with the
+   * attempt's results, becomes this state; it ends with `$.error` when the attempt met an error. A child that
+   * fails anyway (States.Runtime, its timeout, a stop) fails the Task with States.TaskFailed, whose cause is the
+   * child's DescribeExecution: the failure chain tears down by the execution's tag all the same.
    */
-  private relaunchPath(launchPhase: sfn.IChainable, onError: ErrorRoute): SpecificCatch[] {
-    const b = this.b;
+  private runAttempt(attempt: sfn.IStateMachine, onError: ErrorRoute): tasks.StepFunctionsStartExecution {
+    const task = new tasks.StepFunctionsStartExecution(this, 'Run attempt', {
+      comment: 'Launch, wait, attach, compact, snapshot: one attempt, its poll loops in its own history',
+      stateMachine: attempt,
+      integrationPattern: sfn.IntegrationPattern.RUN_JOB,
+      name: sfn.JsonPath.format(
+        '{}-attempt-{}',
+        sfn.JsonPath.hash(sfn.JsonPath.executionId, 'MD5'),
+        sfn.JsonPath.stringAt('$.launchAttempt'),
+      ),
+      input: sfn.TaskInput.fromObject(Object.fromEntries(ATTEMPT_INPUT_KEYS.map((key) => [key, $(`$.${key}`)]))),
+      associateWithParent: true,
+      resultPath: '$',
+      outputPath: '$.Output',
+    });
+    retryStartExecution(task);
+    task.addCatch(onError.next, { errors: [sfn.Errors.ALL], resultPath: onError.resultPath });
+    return task;
+  }
+
+  /**
+   * After an attempt: an error (`$.error`) → `Launch again?` (InstanceLost while attempts remain: `Relaunch`,
+   * a fresh state for the next `Run attempt`; any other error, or the last attempt: the failure chain); a dry
+   * run → `estimated`; else the new snapshots are delivered.
+   */
+  private attemptOutcome(
+    runAttempt: sfn.IChainable,
+    onError: ErrorRoute,
+    estimated: sfn.IChainable,
+    delivered: sfn.IChainable,
+  ): sfn.Choice {
     const relaunch = new sfn.Pass(this, 'Relaunch', {
       comment: 'Fresh state for the next attempt; the lost instance results are dropped',
       parameters: {
@@ -174,21 +212,24 @@ export class CompactionWorkflow extends Construct {
         compaction: JSON_NULL,
       },
     });
-    relaunch.next(launchPhase);
+    relaunch.next(runAttempt);
     const canRelaunch = new sfn.Choice(this, 'Launch again?')
-      .when(sfn.Condition.numberLessThan('$.launchAttempt', this.settings.maxLaunchAttempts), relaunch)
+      .when(
+        sfn.Condition.and(
+          sfn.Condition.stringEquals('$.error.Error', contractError('InstanceLost')),
+          sfn.Condition.numberLessThan('$.launchAttempt', this.settings.maxLaunchAttempts),
+        ),
+        relaunch,
+      )
       .otherwise(onError.next);
-    const retryTeardown = b.teardownLoop(
-      'Teardown before relaunch',
-      this.settings.teardownPoll,
-      onError,
-      'The lost transfer instance or its volumes were not deleted in time.',
+    const dryRun = sfn.Condition.and(
+      sfn.Condition.isPresent('$.plan.dryRun'),
+      sfn.Condition.booleanEquals('$.plan.dryRun', true),
     );
-    const instanceLost = b.markPhase('Instance lost: teardown phase', 'teardown');
-    instanceLost.next(retryTeardown).next(canRelaunch);
-    return [
-      { errors: [contractError('InstanceLost')], route: { next: instanceLost, resultPath: '$.error' } },
-    ];
+    return new sfn.Choice(this, 'Attempt outcome?')
+      .when(sfn.Condition.isPresent('$.error'), canRelaunch)
+      .when(dryRun, estimated)
+      .otherwise(delivered);
   }
 
   private startState(): sfn.Pass {
@@ -251,111 +292,31 @@ export class CompactionWorkflow extends Construct {
     });
   }
 
-  /** Check instance until it is SSM-online (it takes a while to boot, so the loop waits first). */
-  private readyLoop(onError: ErrorRoute, catchInstanceLost: SpecificCatch[]): sfn.Chain {
-    return this.b.pollLoop({
-      name: 'Wait until ready',
-      counter: 'ready',
-      bound: this.settings.readyPoll,
-      task: this.b.task('Check instance', onError, catchInstanceLost),
-      done: sfn.Condition.booleanEquals('$.ready.ready', true),
-      timeoutError: 'InstanceNotReady',
-      timeoutCause: 'The transfer instance did not become SSM-managed in time; check the subnets reach SSM.',
-      onTimeout: onError,
-      waitFirst: true,
-    });
-  }
-
-  /** Create, tag and attach the source volumes once the instance is SSM-online, until all are attached. */
-  private attachLoop(onError: ErrorRoute, catchInstanceLost: SpecificCatch[]): sfn.Chain {
-    const bound = this.settings.attachPoll;
-    return this.b.pollLoop({
-      name: 'Attach volumes',
-      counter: 'attach',
-      bound,
-      task: this.b.task('Attach volumes', onError, catchInstanceLost),
-      done: sfn.Condition.booleanEquals('$.attached.done', true),
-      timeoutError: 'VolumesNotAttached',
-      timeoutCause: sfn.JsonPath.format(
-        `The source volumes were not attached within ${minutesOf(bound)} minutes - still waiting for {} - ` +
-          'check the EBS volume quota and the KMS keys of the source snapshots.',
-        sfn.JsonPath.jsonToString($('$.attached.waitingFor')),
-      ),
-      onTimeout: onError,
-      waitFirst: false,
-    });
-  }
-
-  /** Check compaction until the command is done, bounded by the plan's compaction poll (capped here). */
-  private compactionLoop(onError: ErrorRoute, catchInstanceLost: SpecificCatch[]): sfn.Chain {
-    return this.b.pollLoop({
-      name: 'Compaction',
-      counter: 'compaction',
-      bound: {
-        intervalSecondsPath: '$.plan.compactionPoll.intervalSeconds',
-        maxAttemptsPath: '$.plan.compactionPoll.maxAttempts',
-        maxAttemptsCap: this.settings.compactionPoll.maxAttempts,
-      },
-      task: this.b.task('Check compaction', onError, catchInstanceLost),
-      done: sfn.Condition.booleanEquals('$.compaction.done', true),
-      timeoutError: 'CompactionTimedOut',
-      timeoutCause: 'The Command document did not finish within the compaction poll bound of the plan.',
-      onTimeout: onError,
-      waitFirst: true,
-    });
-  }
-
-  /** Check snapshots until the new snapshots are completed (and tagged delivered). */
-  private snapshotLoop(onError: ErrorRoute): sfn.Chain {
-    return this.b.pollLoop({
-      name: 'Snapshots',
-      counter: 'snapshot',
-      bound: this.settings.snapshotPoll,
-      task: this.b.task('Check snapshots', onError),
-      done: sfn.Condition.booleanEquals('$.snapshots.completed', true),
-      timeoutError: 'SnapshotTimedOut',
-      timeoutCause: 'The new snapshots did not complete within the snapshot poll bound.',
-      onTimeout: onError,
-      waitFirst: true,
-    });
-  }
-
   /** Everything from Start to `Delivered` (failure chain behind it), then the steps that only warn. */
-  private mainPath(onError: ErrorRoute, onWarning: ErrorRoute): sfn.IChainable {
+  private mainPath(attempt: sfn.IStateMachine, onError: ErrorRoute, onWarning: ErrorRoute): sfn.IChainable {
     const b = this.b;
-    const launchPhase = b.markPhase('Launch phase', 'launch');
-    const catchInstanceLost = this.relaunchPath(launchPhase, onError);
     const delivered = new sfn.Pass(this, 'Delivered', {
       comment:
         'The new snapshots are completed and tagged delivered: from here on every error goes to the warnings chain',
     });
+    const runAttempt = this.runAttempt(attempt, onError);
     const beforeDelivery = this.startState()
       .next(b.markPhase('Prepare phase', 'prepare'))
       .next(this.sourcesLoop(onError))
       .next(b.markPhase('List blocks phase', 'listBlocks'))
       .next(this.blockListLoop(onError))
-      .next(launchPhase)
-      .next(b.task('Launch transfer instance', onError))
-      .next(b.markPhase('Wait until ready phase', 'waitReady'))
-      .next(this.readyLoop(onError, catchInstanceLost))
-      .next(b.markPhase('Attach phase', 'attach'))
-      .next(this.attachLoop(onError, catchInstanceLost))
-      .next(b.markPhase('Compaction phase', 'compaction'))
-      .next(b.task('Start compaction', onError))
-      .next(this.compactionLoop(onError, catchInstanceLost))
-      .next(this.dryRunChoice(onError, delivered));
+      .next(runAttempt)
+      .next(this.attemptOutcome(runAttempt, onError, this.dryRunEnd(onError), delivered));
     delivered.next(this.afterDelivery(onError, onWarning));
     return beforeDelivery;
   }
 
   /**
-   * After the compaction loop: a dry run (`$.plan.dryRun`) has only inspected the sources, so it goes to
-   * its own teardown (nothing kept: it made no target, snapshot or AMI) and a report of outcome
-   * `estimated`; a compaction goes on to its new snapshots (`Target is a snapshot?`) and `Delivered`.
+   * A dry run (`$.plan.dryRun`) has only inspected the sources, so it goes to its own teardown (nothing kept:
+   * it made no target, snapshot or AMI) and a report of outcome `estimated`.
    */
-  private dryRunChoice(onError: ErrorRoute, delivered: sfn.Pass): sfn.Choice {
+  private dryRunEnd(onError: ErrorRoute): sfn.Pass {
     const b = this.b;
-    const snapshots = this.snapshotsChoice(onError, delivered);
     const estimated = new sfn.Pass(this, 'Estimated', {
       comment: 'A dry run: the sources were only inspected; no target volume, snapshot or AMI exists',
       result: sfn.Result.fromString('estimated'),
@@ -373,44 +334,7 @@ export class CompactionWorkflow extends Construct {
       .next(b.markPhase('Dry run: report phase', 'report'))
       .next(b.task('Dry run report', onError))
       .next(new sfn.Succeed(this, 'Done estimating', { outputPath: '$.report' }));
-    const dryRun = sfn.Condition.and(
-      sfn.Condition.isPresent('$.plan.dryRun'),
-      sfn.Condition.booleanEquals('$.plan.dryRun', true),
-    );
-    return new sfn.Choice(this, 'Dry run?').when(dryRun, estimated).otherwise(snapshots);
-  }
-
-  /**
-   * Where the new snapshots come from, both ways into the ONE `Snapshots` poll loop (Check snapshots until
-   * every new snapshot is `completed`, then it tags them delivered): `target: "snapshot"` (the plan's
-   * `$.plan.target`) - the data plane has written them itself through the EBS direct APIs and Start
-   * compaction returned them (`$.command.directSnapshots`), so `Direct snapshots` only puts that list where the
-   * loop reads it; `target: "volume"` (or a plan without a target) - `Create snapshots` snapshots the target
-   * volumes. Both phase marks stamp the one `snapshot` timing key.
-   */
-  private snapshotsChoice(onError: ErrorRoute, delivered: sfn.Pass): sfn.Choice {
-    const b = this.b;
-    const loop = this.snapshotLoop(onError);
-    loop.next(delivered);
-    const createSnapshots = b.markPhase('Snapshot phase', 'snapshot');
-    createSnapshots.next(b.task('Create snapshots', onError)).next(loop);
-    const directSnapshots = new sfn.Pass(this, 'Direct snapshots', {
-      comment:
-        'target snapshot: the data plane wrote the new snapshots (StartSnapshot in Start compaction, puts and ' +
-        'CompleteSnapshot on the instance); the snapshot loop waits for them to be completed',
-      parameters: { snapshots: sfn.JsonPath.listAt('$.command.directSnapshots'), completed: false },
-      resultPath: '$.snapshots',
-    });
-    directSnapshots.next(loop);
-    const directPhase = b.markPhase('Direct snapshot phase', 'snapshot');
-    directPhase.next(directSnapshots);
-    const targetIsSnapshot = sfn.Condition.and(
-      sfn.Condition.isPresent('$.plan.target'),
-      sfn.Condition.stringEquals('$.plan.target', 'snapshot'),
-    );
-    return new sfn.Choice(this, 'Target is a snapshot?')
-      .when(targetIsSnapshot, directPhase)
-      .otherwise(createSnapshots);
+    return estimated;
   }
 
   /**

@@ -18,7 +18,7 @@ _CANDIDATES = (_HERE.parent / "contract", _HERE.parents[1] / "contract")
 
 class TaskState(TypedDict):
     state: str
-    stateMachine: Literal["main", "cleanup"]
+    stateMachine: Literal["main", "attempt", "cleanup", "batch"]
     # "$" = the whole state; else keys to JSONPaths ("$..."), literals or nested objects
     payload: dict[str, Any] | Literal["$"]
     resultPath: str
