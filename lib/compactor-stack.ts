@@ -127,6 +127,7 @@ export class CompactorStack extends Stack {
       startFromTagRole: triggers.startFromTagRole,
       instanceRole: dataPlane.transfer.role,
       stateMachine: this.workflow.stateMachine,
+      attemptStateMachine: this.workflow.attempt.stateMachine,
       cleanupStateMachine: this.cleanup.stateMachine,
       pipelinePolicy,
       deadLetterQueue: triggers.deadLetterQueue,

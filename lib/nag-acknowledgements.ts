@@ -25,6 +25,8 @@ export interface NagAcknowledgementTargets {
   readonly startFromTagRole: iam.Role;
   readonly instanceRole: iam.Role;
   readonly stateMachine: sfn.StateMachine;
+  /** The launch attempt, a child execution of the compaction workflow (lib/attempt-workflow.ts). */
+  readonly attemptStateMachine: sfn.StateMachine;
   readonly cleanupStateMachine: sfn.StateMachine;
   readonly pipelinePolicy: iam.ManagedPolicy;
   readonly deadLetterQueue: sqs.Queue;
@@ -194,6 +196,19 @@ function stateMachineAcknowledgements(t: NagAcknowledgementTargets): Acknowledge
     { on: t.stateMachine, rule: 'IAM5[Resource::*]', reason: CDK_TRACING_AND_LOGS },
     ...t.taskFunctions.map((fn) => ({
       on: t.stateMachine,
+      rule: `IAM5[Resource::<${logicalId(fn)}.Arn>:*]`,
+      reason: 'Granted by CDK: invoke of this task function with any version qualifier (<function arn>:*).',
+    })),
+    {
+      on: t.stateMachine,
+      rule: `IAM5[Resource::${executionsCutFromArn(t.attemptStateMachine, '*')}]`,
+      reason:
+        'Granted by CDK for startExecution.sync:2: DescribeExecution/StopExecution of the launch attempts, ' +
+        'child executions named after this execution, on the attempt state machine only.',
+    },
+    { on: t.attemptStateMachine, rule: 'IAM5[Resource::*]', reason: CDK_TRACING_AND_LOGS },
+    ...t.taskFunctions.map((fn) => ({
+      on: t.attemptStateMachine,
       rule: `IAM5[Resource::<${logicalId(fn)}.Arn>:*]`,
       reason: 'Granted by CDK: invoke of this task function with any version qualifier (<function arn>:*).',
     })),

@@ -179,7 +179,7 @@ export class CompactionWorkflow extends Construct {
       ),
       input: sfn.TaskInput.fromObject(Object.fromEntries(ATTEMPT_INPUT_KEYS.map((key) => [key, $(`$.${key}`)]))),
       associateWithParent: true,
-      resultPath: '$',
+      // no ResultPath: DescribeExecution replaces the state, and its Output (JSON, .sync:2) is the new state
       outputPath: '$.Output',
     });
     retryStartExecution(task);

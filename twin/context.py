@@ -16,6 +16,7 @@ from .deploy import deploy
 from .emulator.faults import FaultList, StateFault, parse, state_faults
 from .emulator.server import Emulator
 from .execution import Machine, main_machine
+from .execution import inlined
 from .execution import state_machines as template_state_machines
 from .options import Options
 from .source import Source, register
@@ -60,7 +61,8 @@ def setup(emu: Emulator, opts: Options, fault: StateFault | FaultList | str | No
     machines = template_state_machines(d, opts.cdk_out)
     main = main_machine(d, machines, opts.cdk_out)
     if isinstance(fault, StateFault | FaultList):
-        parse(str(fault), main.task_states())  # raises FaultError naming the Task states
+        # raises FaultError naming the Task states (the launch attempt's too)
+        parse(str(fault), inlined(main, machines).task_states())
     ctx = Context(emu, opts, d, machines, main, fault, work, logdir)
     if fault == "no-capacity":
         ctx.env_overrides = {"ALLOW_ON_DEMAND": "false"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,46 @@ class Machine:
 
     def task_states(self) -> list[str]:
         return task_states(self.definition)
+
+
+START_EXECUTION_SYNC = re.compile(r"^arn:aws:states:::states:startExecution\.sync(:2)?$")
+
+
+def inlined(machine: Machine, machines: dict[str, Machine]) -> Machine:
+    """The machine as one graph, for the twin's analysis of its states (fault KIND@STATE, the
+    sweep's plan): each top-level startExecution.sync Task of a machine of `machines` (the
+    compaction's launch attempt, run in the runner's process: twin/runner/run.mjs) is replaced by
+    that child's states. The Task's name leads to the child's StartAt; the child's Succeed states
+    go on to the Task's Next; its Fail states to the Task's catch-all Catch. Used to run, the
+    machine stays as it is (the runner starts the child itself)."""
+    states: dict[str, Any] = {}
+    starts: dict[str, str] = {}
+    for name, state in machine.definition.get("States", {}).items():
+        arn = (state.get("Parameters") or {}).get("StateMachineArn")
+        child = machines.get(arn) if isinstance(arn, str) else None
+        if state.get("Type") != "Task" or not START_EXECUTION_SYNC.match(str(state.get("Resource"))) \
+                or child is None:  # fmt: skip
+            states[name] = state
+            continue
+        catch_all = [c["Next"] for c in state.get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
+        starts[name] = child.definition["StartAt"]
+        for inner, inner_state in child.definition.get("States", {}).items():
+            if inner in states or inner in machine.definition["States"]:
+                raise ValueError(f"state {inner!r} is in {machine.name} and its child {child.name}")
+            if inner_state.get("Type") == "Succeed" and state.get("Next"):
+                inner_state = {"Type": "Pass", "Next": state["Next"], "Comment": "child ended"}
+            elif inner_state.get("Type") == "Fail" and catch_all:
+                inner_state = {"Type": "Pass", "Next": catch_all[0], "Comment": "child failed"}
+            states[inner] = inner_state
+    flat = json.loads(json.dumps({**machine.definition, "States": states}))
+    for state in flat["States"].values():
+        for holder in [state, *state.get("Choices", []), *state.get("Catch", [])]:
+            for key in ("Next", "Default"):
+                if holder.get(key) in starts:
+                    holder[key] = starts[holder[key]]
+    if flat["StartAt"] in starts:
+        flat["StartAt"] = starts[flat["StartAt"]]
+    return Machine(machine.logical_id, machine.arn, machine.name, flat)
 
 
 def task_states(definition: dict[str, Any]) -> list[str]:

@@ -35,7 +35,7 @@ from .cfn import Deployment
 from .deploy import deploy
 from .emulator.faults import EBS_BEHAVIOURS, KINDS
 from .emulator.server import Emulator
-from .execution import Machine, main_machine, state_machines
+from .execution import Machine, inlined, main_machine, state_machines
 
 REPO = Path(__file__).resolve().parents[1]
 # Handlers whose Task states only run for an AMI input (the sweep runs those with INPUT=ami).
@@ -108,7 +108,9 @@ def _reachable(states: dict[str, Any], start: Iterable[str]) -> set[str]:
 # so a renamed state or a changed Catch fails the sweep's plan instead of silently not applying.
 # - relaunch: Check compaction catches InstanceLost (the transfer instance was lost mid-copy);
 # - warnings: Report catches every error after delivery (the outputs exist, report degrades);
-# - failure: Check compaction catches every other error before delivery.
+# - failure: Check compaction catches every other error before delivery (it ends the launch
+#   attempt, a child execution the sweep sees inlined: execution.inlined(); the parent's
+#   `Launch again?` goes on to the failure chain).
 RECOVERY_OPENERS = {
     "Instance lost: teardown phase": "lost@Check compaction",
     "Delivered with warnings": "error@Report",
@@ -134,8 +136,8 @@ def openers(machine: Machine) -> dict[str, str]:
             problems.append(f"opener {opener}: {at!r} is not a Task state")
             continue
         wanted = {"lost": "InstanceLost", "error": "States.ALL"}[kind]
-        catches = [c for c in states[at].get("Catch", []) if c.get("Next") == entry]
-        if not any(wanted in c.get("ErrorEquals", []) for c in catches):
+        catches = [c for c in states[at].get("Catch", []) if wanted in c.get("ErrorEquals", [])]
+        if not any(entry in _leads_to(states, c.get("Next", "")) for c in catches):
             problems.append(f"opener {opener}: {at!r} has no Catch of {wanted} to {entry!r}")
     if problems:
         raise SystemExit(
@@ -168,6 +170,22 @@ def openers(machine: Machine) -> dict[str, str]:
             "RECOVERY_OPENERS has no opener for; add its entry (the Catch target) there"
         )
     return out
+
+
+def _leads_to(states: dict[str, Any], start: str) -> set[str]:
+    """The states a Catch's target leads to without another Catch or entering a recovery path
+    (its entry included): the launch attempt's error ends the child, and the parent's
+    `Launch again?` takes it to the failure chain."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in states:
+            continue
+        seen.add(name)
+        if name not in RECOVERY_OPENERS:
+            todo += _edges_without_catch(states[name])
+    return seen
 
 
 def _edges_without_catch(state: dict[str, Any]) -> list[str]:
@@ -232,7 +250,9 @@ def plan(cdk_out: Path, states: list[str] | None, kinds: list[str] | None) -> li
         Emulator(Path(work) / "emulator") as emu,
     ):
         d = deploy(emu, cdk_out)
-        main = main_machine(d, state_machines(d, cdk_out), cdk_out)
+        machines = state_machines(d, cdk_out)
+        # one graph: the launch attempt's states in place of the Task that starts it
+        main = inlined(main_machine(d, machines, cdk_out), machines)
         tasks = main.task_states()
         with_instance = set(instance_states(d, main))
         opener_of = openers(main)

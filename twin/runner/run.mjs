@@ -290,7 +290,7 @@ function taskHandler(stateName, arn, unwrapPayload) {
     if (aborted) {
       aborted.applied = true;
       aborted.detail = 'StopExecution while the Lambda call was in flight; the call completed';
-      setImmediate(() => execution.abort());
+      setImmediate(abortRun);
     }
     const msg = await call;
     record.ms = Date.now() - started;
@@ -354,7 +354,32 @@ function* allStates(definition) {
   }
 }
 
-const settling = Object.fromEntries(allStates(job.definition));
+// An execution of this runner may start children of its own (a compaction its launch attempts:
+// a StartExecution Task at the top level of its definition). Those run in this process, as Step
+// Functions would run them beside it: the same workers, faults, emulator and task results, their
+// events in this run's event log (tagged with the child's name). A child started from inside a Map
+// iteration (a batch item) is an execution of its own with its own runner process (children.mjs).
+const machines = job.stateMachines ?? {};
+const inProcessMachines = Object.values(job.definition.States ?? {})
+  .filter((state) => state.Type === 'Task' && isStartExecution(state.Resource))
+  .map((state) => machines[state.Parameters?.StateMachineArn])
+  .filter((machine) => machine !== undefined);
+
+/** The states of this definition and of the children that run in this process, by name (unique). */
+function runStates() {
+  const out = {};
+  for (const definition of [job.definition, ...inProcessMachines.map((m) => m.definition)]) {
+    for (const [name, state] of allStates(definition)) {
+      if (name in out && out[name] !== state) {
+        throw new Error(`state "${name}" is in a parent and its in-process child: names must be unique`);
+      }
+      out[name] = state;
+    }
+  }
+  return out;
+}
+
+const settling = runStates();
 const taskResourceLocalHandlers = {};
 const waitTimeOverrides = {};
 const retryIntervalOverrides = {};
@@ -371,14 +396,17 @@ const childEnv = {
   announce: (run) => announceMapRun(job, run),
 };
 const machineEnv = {
-  machines: job.stateMachines ?? {},
+  machines,
   runChild: (machine, name, input, arn) => runMachine(job, machine, name, input, arn),
 };
-for (const [name, state] of allStates(job.definition)) {
+const inProcessEnv = { machines, runChild: runInProcess };
+const topLevel = new Set(Object.keys(job.definition.States ?? {}));
+for (const [name, state] of Object.entries(settling)) {
   if (isDistributedMap(state)) taskResourceLocalHandlers[name] = distributedMapHandler(name, state, childEnv);
   if (state.Type === 'Task') {
     if (isStartExecution(state.Resource)) {
-      taskResourceLocalHandlers[name] = startExecutionHandler(state.Resource, machineEnv);
+      const env = topLevel.has(name) ? inProcessEnv : machineEnv;
+      taskResourceLocalHandlers[name] = startExecutionHandler(state.Resource, env);
     } else if (state.Resource in job.functions) {
       taskResourceLocalHandlers[name] = taskHandler(name, state.Resource, false);
     } else if (/^arn:aws:states:::lambda:invoke/.test(state.Resource)) {
@@ -411,6 +439,60 @@ const context = {
   },
 };
 
+/** The outcome of a finished run of the library as the result file says it. */
+async function outcomeOf(run) {
+  const out = { status: 'RUNNING', output: null, error: null, cause: null };
+  try {
+    out.output = await run.result;
+    out.status = 'SUCCEEDED';
+  } catch (err) {
+    if (err instanceof ExecutionAbortedError) {
+      out.status = 'ABORTED';
+    } else if (err instanceof ExecutionTimeoutError) {
+      out.status = 'TIMED_OUT';
+      out.error = 'States.Timeout';
+    } else {
+      out.status = 'FAILED';
+      const inner = err instanceof ExecutionError ? err.cause : err;
+      out.error = inner?.name ?? String(err);
+      out.cause = inner?.cause ?? inner?.message ?? null;
+    }
+  }
+  return out;
+}
+
+const runningChildren = new Set();
+const collectors = [];
+
+/** A child of this execution (a launch attempt), run here: see runStates(). */
+async function runInProcess(machine, name, input, executionArn) {
+  const child = validatedMachine(withDistributedMapsAsTasks(machine.definition), { checkArn: false });
+  const childContext = {
+    ...context,
+    Execution: {
+      ...job.context.Execution,
+      Id: executionArn,
+      Name: name,
+      StartTime: new Date().toISOString(),
+    },
+    StateMachine: { Id: machine.arn, Name: machine.name },
+  };
+  const run = child.run(input, { overrides, context: childContext });
+  runningChildren.add(run);
+  collectors.push(collect(run, name));
+  try {
+    return await outcomeOf(run);
+  } finally {
+    runningChildren.delete(run);
+  }
+}
+
+/** StopExecution: the run and, as Step Functions stops a .sync child with its parent, its children. */
+function abortRun() {
+  execution.abort();
+  for (const run of runningChildren) run.abort();
+}
+
 const machine = validatedMachine(withDistributedMapsAsTasks(job.definition), { checkArn: false });
 execution = machine.run(job.input, { overrides, context });
 
@@ -420,7 +502,7 @@ if (job.stopFile) {
   const watch = setInterval(() => {
     if (!existsSync(job.stopFile)) return;
     clearInterval(watch);
-    execution.abort();
+    abortRun();
   }, 100);
   watch.unref();
 }
@@ -428,9 +510,10 @@ if (job.stopFile) {
 const events = [];
 // The live event log (job.liveEventLog, optional): each event as one JSON line as it happens, with
 // the state's input and output, so the twin's GetExecutionHistory answers while the run goes on.
-function liveLog(event) {
+function liveLog(event, executionName) {
   if (!job.liveEventLog) return;
   const line = {
+    execution: executionName,
     type: event.type,
     timestamp: event.timestamp,
     state: event.state?.name ?? null,
@@ -443,16 +526,19 @@ function liveLog(event) {
   appendFileSync(job.liveEventLog, `${JSON.stringify(line)}\n`);
 }
 
-const collecting = (async () => {
-  for await (const event of execution.eventLogs) {
+/** Every event of `run` into the run's event log; `executionName` is null for this execution's
+ * own events, a child's name for an in-process child's. */
+async function collect(run, executionName) {
+  for await (const event of run.eventLogs) {
     if (event.type === 'StateEntered') {
       currentState = event.state.name;
       if (waitSettles(settling[event.state.name] ?? {})) settlePending = true;
     }
-    liveLog(event);
+    liveLog(event, executionName);
     events.push({
       type: event.type,
       timestamp: event.timestamp,
+      execution: executionName,
       state: event.state?.name ?? null,
       stateType: event.state?.type ?? null,
       error: event.Error ?? null,
@@ -460,30 +546,15 @@ const collecting = (async () => {
       retryAttempt: event.retry?.attempt ?? null,
     });
   }
-})();
-
-const result = { status: 'RUNNING', output: null, error: null, cause: null };
-try {
-  result.output = await execution.result;
-  result.status = 'SUCCEEDED';
-} catch (err) {
-  if (err instanceof ExecutionAbortedError) {
-    result.status = 'ABORTED';
-  } else if (err instanceof ExecutionTimeoutError) {
-    result.status = 'TIMED_OUT';
-    result.error = 'States.Timeout';
-  } else {
-    result.status = 'FAILED';
-    const inner = err instanceof ExecutionError ? err.cause : err;
-    result.error = inner?.name ?? String(err);
-    result.cause = inner?.cause ?? inner?.message ?? null;
-  }
 }
+collectors.push(collect(execution, null));
+
+const result = await outcomeOf(execution);
 // An aborted execution's Lambda calls still run to their end, as in AWS: wait for them.
 await Promise.allSettled([...inflight]);
 await allChildrenDone(); // batches: a started child (request-response) runs to its end
 if (result.status === 'ABORTED') await new Promise((res) => setTimeout(res, 50));
-await collecting;
+await Promise.all(collectors);
 for (const worker of workers.values()) worker.stop();
 writeFileSync(
   resultPath,
