@@ -12,6 +12,7 @@ import {
   Settings,
   SettingsError,
   worstCaseHistoryEvents,
+  PARENT_EVENTS_PER_ATTEMPT,
 } from '../../lib/settings';
 import { POWERTOOLS_LAYER_PARAMETER } from '../../lib/task-functions';
 
@@ -52,7 +53,12 @@ describe('settings', () => {
       sweepIntervalMinutes: 60,
       sweepGraceMinutes: 60,
     });
-    expect(worstCaseHistoryEvents(s)).toBeLessThanOrEqual(HISTORY_EVENT_LIMIT);
+    expect(worstCaseHistoryEvents(s).parent).toBeLessThanOrEqual(HISTORY_EVENT_LIMIT / 2);
+    expect(worstCaseHistoryEvents(s).attempt).toBeLessThanOrEqual(HISTORY_EVENT_LIMIT / 2);
+  });
+
+  test('every launch attempt is a child execution: maxLaunchAttempts up to its maximum fits at the defaults', () => {
+    expect(read({ maxLaunchAttempts: 10 }).maxLaunchAttempts).toBe(10);
   });
 
   test('values from -c (strings) and from cdk.json (JSON types) are read alike', () => {
@@ -130,13 +136,12 @@ describe('settings', () => {
     [{ readyPollSeconds: '1.5' }, /"readyPollSeconds" must be a whole number/],
     [
       { snapshotPollMaxAttempts: 3000 },
-      /allow \d+ history events in the worst case, over the Step Functions limit of 25000/,
+      /allow \d+ history events in the worst case of one launch attempt execution, over the budget of 12500 \(half the Step Functions limit of 25000/,
     ],
-    [{ maxLaunchAttempts: 4 }, /allow 30100 history events in the worst case/],
-    [{ sourcePollMaxAttempts: 500 }, /over the Step Functions limit/],
-    [{ blockListPollMaxAttempts: 40 }, /allow 25040 history events in the worst case/],
+    [{ sourcePollMaxAttempts: 2000 }, /one compaction workflow execution, over the budget/],
+    [{ blockListPollMaxAttempts: 800 }, /allow 13636 history events in the worst case of one compaction workflow/],
     [{ blockListPollSeconds: 4 }, /"blockListPollSeconds" must be a whole number from 5 to 3600/],
-    [{ attachPollMaxAttempts: 100 }, /over the Step Functions limit/],
+    [{ attachPollMaxAttempts: 400 }, /one launch attempt execution, over the budget/],
     [
       { compactionPollMaxAttempts: 100 },
       /"compactionPollMaxAttempts" is no longer a setting.*at most 360 calls/,
@@ -148,26 +153,30 @@ describe('settings', () => {
     expect(() => read(context)).toThrow(message);
   });
 
-  test('the history estimate grows with every bound it depends on', () => {
+  test('the history estimate of each execution grows with every bound it depends on, and only those', () => {
     const base = read({});
-    const more = (patch: Partial<Settings>) =>
-      worstCaseHistoryEvents({ ...base, ...patch }) > worstCaseHistoryEvents(base);
-    expect(more({ maxLaunchAttempts: 4 })).toBe(true);
-    expect(more({ sourcePoll: { intervalSeconds: 60, maxAttempts: 361 } })).toBe(true);
-    expect(more({ blockListPoll: { intervalSeconds: 10, maxAttempts: 21 } })).toBe(true);
-    expect(more({ readyPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toBe(true);
-    expect(more({ attachPoll: { intervalSeconds: 10, maxAttempts: 61 } })).toBe(true);
-    expect(more({ compactionPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
-    expect(more({ snapshotPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toBe(true);
-    expect(more({ teardownPoll: { intervalSeconds: 30, maxAttempts: 21 } })).toBe(true);
+    const grows = (patch: Partial<Settings>) => {
+      const [before, after] = [worstCaseHistoryEvents(base), worstCaseHistoryEvents({ ...base, ...patch })];
+      return [after.parent > before.parent, after.attempt > before.attempt];
+    };
+    expect(grows({ maxLaunchAttempts: 4 })).toEqual([true, false]);
+    expect(grows({ sourcePoll: { intervalSeconds: 60, maxAttempts: 361 } })).toEqual([true, false]);
+    expect(grows({ blockListPoll: { intervalSeconds: 10, maxAttempts: 21 } })).toEqual([true, false]);
+    expect(grows({ readyPoll: { intervalSeconds: 15, maxAttempts: 41 } })).toEqual([false, true]);
+    expect(grows({ attachPoll: { intervalSeconds: 10, maxAttempts: 61 } })).toEqual([false, true]);
+    expect(grows({ compactionPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toEqual([false, true]);
+    expect(grows({ snapshotPoll: { intervalSeconds: 120, maxAttempts: 361 } })).toEqual([false, true]);
+    expect(grows({ teardownPoll: { intervalSeconds: 30, maxAttempts: 21 } })).toEqual([true, true]);
   });
 
-  test('the history estimate: sources and block lists once, per launch ready + attach + 360 compaction calls + teardown, then snapshot and two teardowns', () => {
+  test('the history estimate: the parent polls sources and block lists, runs each attempt and two teardowns; an attempt polls ready, attach, 360 compaction calls, snapshot and teardown', () => {
     const s = read({});
-    const iterations = 360 + 20 + 3 * (40 + 60 + 360 + 20) + 360 + 2 * 20;
-    expect(worstCaseHistoryEvents(s)).toBe(iterations * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS);
+    expect(worstCaseHistoryEvents(s)).toEqual({
+      parent: (360 + 20 + 2 * 20) * EVENTS_PER_POLL_ITERATION + 3 * PARENT_EVENTS_PER_ATTEMPT + EVENTS_OUTSIDE_LOOPS,
+      attempt: (40 + 60 + 360 + 360 + 20) * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS,
+    });
     // The compaction poll counts at its cap whatever the minimum interval: the plan may use every call.
-    expect(worstCaseHistoryEvents(read({ compactionPollSeconds: 3600 }))).toBe(worstCaseHistoryEvents(s));
+    expect(worstCaseHistoryEvents(read({ compactionPollSeconds: 3600 }))).toEqual(worstCaseHistoryEvents(s));
   });
 });
 
@@ -281,7 +290,11 @@ describe('contract/settings.json is what readSettings reads', () => {
     const doc = fs
       .readFileSync(path.join(__dirname, '..', '..', 'docs', 'deploy.md'), 'utf8')
       .replace(/\s+/g, ' ');
-    expect(doc).toContain(`The defaults come to ${worstCaseHistoryEvents(read({})).toLocaleString('en-US')}`);
+    const defaults = worstCaseHistoryEvents(read({}));
+    expect(doc).toContain(
+      `The defaults come to ${defaults.parent.toLocaleString('en-US')} for the workflow and ` +
+        `${defaults.attempt.toLocaleString('en-US')} for an attempt`,
+    );
     expect(doc).toContain(`limit of ${HISTORY_EVENT_LIMIT.toLocaleString('en-US')} history events`);
     expect(doc).toContain(`${COMPACTION_POLL_MAX_ATTEMPTS} compaction calls`);
   });

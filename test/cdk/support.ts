@@ -50,10 +50,10 @@ export const FUNCTION_ARN_PREFIX = 'arn:aws:lambda:us-east-1:111122223333:functi
  */
 export function stateMachineDefinition(
   template: Template,
-  which: 'Workflow' | 'Cleanup' | 'Batch' = 'Workflow',
+  which: 'Workflow' | 'WorkflowAttempt' | 'Cleanup' | 'Batch' = 'Workflow',
 ): AslDefinition {
   const all = template.findResources('AWS::StepFunctions::StateMachine');
-  expect(Object.keys(all)).toHaveLength(3);
+  expect(Object.keys(all)).toHaveLength(4);
   const machines = Object.entries(all)
     .filter(([id]) => id.startsWith(`${which}StateMachine`))
     .map(([, machine]) => machine);
@@ -72,6 +72,35 @@ export function stateMachineDefinition(
     })
     .join('');
   return JSON.parse(text) as AslDefinition;
+}
+
+/**
+ * The compaction workflow as one graph (what the twin's execution.inlined() makes of it): the launch attempt's
+ * states in place of `Run attempt`, the Task that starts it. Edges to `Run attempt` lead to the attempt's
+ * StartAt; the attempt's Succeed states go on to the Task's Next.
+ */
+export function inlinedWorkflowDefinition(template: Template): AslDefinition {
+  const parent = stateMachineDefinition(template, 'Workflow');
+  const attempt = stateMachineDefinition(template, 'WorkflowAttempt');
+  const task = parent.States['Run attempt'];
+  const states: Record<string, AslState> = {};
+  for (const [name, state] of Object.entries(parent.States)) if (name !== 'Run attempt') states[name] = state;
+  for (const [name, state] of Object.entries(attempt.States)) {
+    if (name in parent.States) throw new Error(`state "${name}" is in the workflow and its attempt`);
+    states[name] = state.Type === 'Succeed' ? { Type: 'Pass', Next: task.Next } : state;
+  }
+  const flat = JSON.parse(JSON.stringify({ ...parent, States: states })) as AslDefinition;
+  const redirect = (holder: { Next?: string; Default?: string }) => {
+    if (holder.Next === 'Run attempt') holder.Next = attempt.StartAt;
+    if (holder.Default === 'Run attempt') holder.Default = attempt.StartAt;
+  };
+  for (const state of Object.values(flat.States)) {
+    redirect(state);
+    for (const rule of state.Choices ?? []) redirect(rule);
+    for (const c of state.Catch ?? []) redirect(c);
+  }
+  if (flat.StartAt === 'Run attempt') flat.StartAt = attempt.StartAt;
+  return flat;
 }
 
 /** Handler module of each function, by logical id (e.g. TasksPrepareA6451BC8 → prepare). */

@@ -1,6 +1,7 @@
 import { TASK_TIMEOUTS } from '../../lib/task-functions';
 import { BLOCK_LIST_SLICE_SECONDS } from '../../lib/workflow';
 import {
+  START_EXECUTION_RETRY_ERRORS,
   LAMBDA_SERVICE_ERRORS,
   PHASES,
   POLL_LOOPS,
@@ -9,12 +10,16 @@ import {
 } from '../../lib/workflow-building-blocks';
 import {
   AslState,
+  inlinedWorkflowDefinition,
   reachable,
   stateMachineDefinition,
   successors,
   synthTemplate,
   taskModule,
 } from './support';
+
+/** The state machines of the compaction: the workflow and its launch attempt. */
+const IN_WORKFLOW: string[] = ['main', 'attempt'];
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -77,14 +82,28 @@ function cycles(names: string[], edges: (name: string) => string[]): string[][] 
  */
 function boundedContinuation(state: AslState): { counter: string; edge: string } | undefined {
   if (state.Type !== 'Choice') return undefined;
-  for (const rule of state.Choices ?? []) {
-    const counter = /^\$\.(polls\.[a-zA-Z]+|launchAttempt)$/.exec(String(rule.Variable));
-    if (!counter) continue;
-    if (typeof rule.NumericGreaterThanEquals === 'number')
-      return { counter: counter[1], edge: state.Default! };
-    if (typeof rule.NumericGreaterThanEqualsPath === 'string') continue; // needs the fixed cap too
-    if (typeof rule.NumericLessThan === 'number') return { counter: counter[1], edge: rule.Next };
+  for (const choice of state.Choices ?? []) {
+    // a rule of an And (`Launch again?`: InstanceLost and attempts left) bounds the cycle as well
+    const parts = (choice.And as Record<string, Json>[] | undefined) ?? [choice];
+    const bounded = parts
+      .map((rule) => boundOf(rule, choice.Next, state.Default!))
+      .find((b) => b !== undefined);
+    if (bounded) return bounded;
   }
+  return undefined;
+}
+
+/** The continuation of one rule: `>= bound` exits (the Choice's Default continues), `< bound` continues. */
+function boundOf(
+  rule: Record<string, Json>,
+  next: string,
+  otherwise: string,
+): { counter: string; edge: string } | undefined {
+  const counter = /^\$\.(polls\.[a-zA-Z]+|launchAttempt)$/.exec(String(rule.Variable));
+  if (!counter) return undefined;
+  if (typeof rule.NumericGreaterThanEquals === 'number') return { counter: counter[1], edge: otherwise };
+  // NumericGreaterThanEqualsPath needs the fixed cap too
+  if (typeof rule.NumericLessThan === 'number') return { counter: counter[1], edge: next };
   return undefined;
 }
 
@@ -107,14 +126,15 @@ describe('state machine definition', () => {
     blockListPollMaxAttempts: 12,
     maxLaunchAttempts: 2,
   });
-  const definition = stateMachineDefinition(template);
+  // the launch attempt, a child execution, inlined where Run attempt starts it (its own tests are below)
+  const definition = inlinedWorkflowDefinition(template);
   const states = Object.entries(definition.States);
   const tasks = states.filter(([, state]) => state.Type === 'Task');
 
   test('one Task per contract step, each running a stack function', () => {
     const modules = new Set(tasks.map(([, state]) => taskModule(template, state)));
     expect([...modules].sort()).toEqual(
-      TASK_TABLE.filter((task) => task.workflow && task.states.some((s) => s.stateMachine === 'main'))
+      TASK_TABLE.filter((task) => task.workflow && task.states.some((s) => IN_WORKFLOW.includes(s.stateMachine)))
         .map((task) => task.module)
         .sort(),
     );
@@ -122,7 +142,7 @@ describe('state machine definition', () => {
 
   test("every Task state is contract/tasks.json's: module, payload, result path", () => {
     const table = TASK_TABLE.flatMap((task) =>
-      task.states.filter((s) => s.stateMachine === 'main').map((s) => [s.state, task.module, s] as const),
+      task.states.filter((s) => IN_WORKFLOW.includes(s.stateMachine)).map((s) => [s.state, task.module, s] as const),
     );
     expect(tasks.map(([name]) => name).sort()).toEqual(table.map(([name]) => name).sort());
     for (const [name, module, entry] of table) {
@@ -157,9 +177,15 @@ describe('state machine definition', () => {
   const WARNINGS_CHAIN = new Set(['Teardown with warnings', 'Report with warnings']);
   const afterDelivery = reachable(definition, 'Delivered');
   const lastCatch = (state: AslState) => state.Catch![state.Catch!.length - 1];
+  /** Where an error leads first: a state of the launch attempt ends it; the parent's go to the failure chain. */
+  const ATTEMPT_STATES = new Set(Object.keys(stateMachineDefinition(template, 'WorkflowAttempt').States));
+  const errorEntry = (name: string) => (ATTEMPT_STATES.has(name) ? 'Attempt ended with an error' : 'Failure');
 
   test('Delivered follows the snapshot loop; the tasks after it are image, FSR, teardown, report, the warnings chain and (from Register image) the failure chain', () => {
-    expect(definition.States['Snapshots: done'].Next).toBe('Delivered');
+    // the attempt's end leads on to `Attempt outcome?`, whose Default (no error, no dry run) is Delivered
+    expect(definition.States['Snapshots: done'].Next).toBe('Attempt done');
+    expect(definition.States['Attempt done'].Next).toBe('Attempt outcome?');
+    expect(definition.States['Attempt outcome?'].Default).toBe('Delivered');
     expect(definition.States['Delivered'].Type).toBe('Pass');
     const tasksAfter = tasks.filter(([name]) => afterDelivery.has(name)).map(([name]) => name);
     expect(tasksAfter.sort()).toEqual(
@@ -210,7 +236,9 @@ describe('state machine definition', () => {
     const into = states.filter(([, state]) => successors(state).includes('Snapshots: first call'));
     expect(into.map(([name]) => name).sort()).toEqual(['Create snapshots', 'Direct snapshots']);
     // the direct branch makes nothing: no Task between the choice and the loop
-    expect(reachable(definition, 'Direct snapshot phase').has('Create snapshots')).toBe(false);
+    expect(reachable(definition, 'Direct snapshot phase', ['Snapshots: first call']).has('Create snapshots')).toBe(
+      false,
+    );
   });
 
   test('before Delivered every task catches into the failure chain, which keeps the original error in $.error', () => {
@@ -238,10 +266,24 @@ describe('state machine definition', () => {
       const last = lastCatch(state);
       expect({ name, next: last.Next, resultPath: last.ResultPath }).toEqual({
         name,
-        next: 'Failure',
+        next: errorEntry(name),
         resultPath: '$.error',
       });
     }
+    // the attempt ends with its error at $.error; the parent takes it to the failure chain unless it relaunches
+    expect(definition.States['Attempt ended with an error'].Next).toBe('Attempt outcome?');
+    expect(definition.States['Attempt outcome?'].Choices![0]).toEqual({
+      Variable: '$.error',
+      IsPresent: true,
+      Next: 'Launch again?',
+    });
+    expect(definition.States['Launch again?'].Default).toBe('Failure');
+    // a child that fails anyway (States.Runtime, its timeout, a stop): the failure chain all the same
+    expect(lastCatch(stateMachineDefinition(template).States['Run attempt'])).toEqual({
+      ErrorEquals: ['States.ALL'],
+      ResultPath: '$.error',
+      Next: 'Failure',
+    });
     for (const name of FAILURE_CHAIN) {
       expect(lastCatch(definition.States[name]).ResultPath).not.toBe('$.error');
     }
@@ -361,8 +403,19 @@ describe('state machine definition', () => {
         Next: 'Instance lost: teardown phase',
       });
     }
+    // the lost instance is torn down in the attempt, which ends with InstanceLost; the parent launches again
+    expect(definition.States['Instance lost: teardown phase'].Next).toBe('Teardown before relaunch: first call');
+    expect(definition.States['Teardown before relaunch: done'].Next).toBe('Attempt ended with an error');
     const again = definition.States['Launch again?'];
-    expect(again.Choices).toEqual([{ Variable: '$.launchAttempt', NumericLessThan: 2, Next: 'Relaunch' }]);
+    expect(again.Choices).toEqual([
+      {
+        And: [
+          { Variable: '$.error.Error', StringEquals: 'InstanceLost' },
+          { Variable: '$.launchAttempt', NumericLessThan: 2 },
+        ],
+        Next: 'Relaunch',
+      },
+    ]);
     expect(again.Default).toBe('Failure');
   });
 
@@ -406,7 +459,7 @@ describe('state machine definition', () => {
       expect(definition.States[`${loop}: gave up`]).toMatchObject({
         Parameters: { Error: error },
         ResultPath: '$.error',
-        Next: 'Failure',
+        Next: errorEntry(`${loop}: gave up`),
       });
     }
     // Prepare and Attach volumes are called at once; the cause names what was still missing.
@@ -446,7 +499,7 @@ describe('state machine definition', () => {
     expect(definition.States['Compaction: gave up']).toMatchObject({
       Parameters: { Error: 'CompactionTimedOut' },
       ResultPath: '$.error',
-      Next: 'Failure',
+      Next: 'Attempt ended with an error',
     });
   });
 
@@ -456,7 +509,9 @@ describe('state machine definition', () => {
     expect(definition.States['List blocks phase'].Next).toBe('List source blocks: first call');
     // called at once, then after each wait; done when the Lambda says complete
     expect(definition.States['List source blocks: first call'].Next).toBe('List source blocks');
-    expect(definition.States['List source blocks: done'].Next).toBe('Launch phase');
+    // `Run attempt` starts the launch attempt (inlined here: its first state)
+    expect(definition.States['List source blocks: done'].Next).toBe('Attempt start');
+    expect(definition.States['Attempt start'].Next).toBe('Launch phase');
     expect(definition.States['Launch phase'].Next).toBe('Launch transfer instance');
     // each call gets the previous call's result (where to resume) and replaces it
     expect(definition.States['List source blocks']).toMatchObject({
@@ -485,7 +540,7 @@ describe('state machine definition', () => {
 
   test('a relaunch keeps the block lists (the next attempt fetches the same bundle) and lists nothing again', () => {
     expect(definition.States['Relaunch'].Parameters).toMatchObject({ 'sourceBlocks.$': '$.sourceBlocks' });
-    expect(definition.States['Relaunch'].Next).toBe('Launch phase');
+    expect(definition.States['Relaunch'].Next).toBe('Attempt start');
     expect(reachable(definition, 'Relaunch').has('List source blocks')).toBe(false);
   });
 
@@ -523,6 +578,108 @@ describe('state machine definition', () => {
   });
 });
 
+describe('the launch attempt, a child execution of the workflow', () => {
+  const template = synthTemplate({
+    compactionPollSeconds: 90,
+    sourcePollSeconds: 45,
+    sourcePollMaxAttempts: 100,
+    attachPollSeconds: 20,
+    attachPollMaxAttempts: 30,
+    blockListPollSeconds: 15,
+    blockListPollMaxAttempts: 12,
+    maxLaunchAttempts: 2,
+  });
+  const parent = stateMachineDefinition(template);
+  const attempt = stateMachineDefinition(template, 'WorkflowAttempt');
+  const machines = template.findResources('AWS::StepFunctions::StateMachine');
+  const attemptId = Object.keys(machines).find((id) => id.startsWith('WorkflowAttemptStateMachine'))!;
+
+  test('Run attempt starts it with startExecution.sync:2, the state as input, and takes its output as the state', () => {
+    const run = parent.States['Run attempt'];
+    expect(run.Resource).toBe('arn:aws:states:::states:startExecution.sync:2');
+    expect(run.Parameters).toEqual({
+      StateMachineArn: `REF(${attemptId})`,
+      // one name per execution and attempt: a retried start finds the running child, never a second one
+      'Name.$': "States.Format('{}-attempt-{}', States.Hash($$.Execution.Id, 'MD5'), $.launchAttempt)",
+      Input: {
+        ...Object.fromEntries(
+          ['input', 'executionName', 'launchAttempt', 'timings', 'polls', 'plan', 'sourceBlocks', 'compaction'].map(
+            (key) => [`${key}.$`, `$.${key}`],
+          ),
+        ),
+        'AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID.$': '$$.Execution.Id',
+      },
+    });
+    expect(run.ResultPath).toBeUndefined();
+    expect(run.OutputPath).toBe('$.Output');
+    expect(run.Retry!.map((r) => r.ErrorEquals)).toEqual([START_EXECUTION_RETRY_ERRORS]);
+    expect(attempt.StartAt).toBe('Attempt start');
+    expect(Object.keys(attempt.States['Attempt start'].Parameters!).sort()).toEqual(
+      Object.keys(run.Parameters!.Input as object)
+        .filter((key) => !key.startsWith('AWS_STEP_FUNCTIONS'))
+        .sort(),
+    );
+  });
+
+  test('it never fails on an error of the contract: every catch ends it with the error at $.error', () => {
+    expect(Object.values(attempt.States).filter((state) => state.Type === 'Fail')).toEqual([]);
+    const ends = Object.entries(attempt.States).filter(([, state]) => state.Type === 'Succeed');
+    expect(ends.map(([name]) => name).sort()).toEqual(['Attempt done', 'Attempt ended with an error']);
+    for (const [name, state] of Object.entries(attempt.States)) {
+      if (state.Type !== 'Task') continue;
+      const last = state.Catch![state.Catch!.length - 1];
+      expect({ name, last }).toEqual({
+        name,
+        last: { ErrorEquals: ['States.ALL'], ResultPath: '$.error', Next: 'Attempt ended with an error' },
+      });
+    }
+  });
+
+  test("its tasks tag and tear down by the parent's execution name, never its own", () => {
+    for (const [name, state] of Object.entries(attempt.States)) {
+      expect({ name, context: JSON.stringify(state.Parameters ?? {}).includes('$$.Execution') }).toEqual({
+        name,
+        context: false,
+      });
+    }
+    expect(attempt.States['Teardown before relaunch'].Parameters).toMatchObject({
+      'executionName.$': '$.executionName',
+    });
+  });
+
+  test('it may run as long as its parent', () => {
+    expect(attempt.TimeoutSeconds).toBe(parent.TimeoutSeconds);
+  });
+
+  test("the workflow's role may start, describe and stop the attempts, and the rule .sync uses; nothing more on them", () => {
+    const workflowRole = Object.values(machines).find((m) =>
+      JSON.stringify(m).includes('WorkflowStateMachineRole'),
+    )!.Properties.RoleArn['Fn::GetAtt'][0] as string;
+    const policies = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify(p.Properties.Roles).includes(workflowRole),
+    );
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement) as {
+      Action: string | string[];
+      Resource: unknown;
+    }[];
+    const about = (prefix: string) =>
+      statements
+        .filter((st) => [st.Action].flat().some((a) => a.startsWith(prefix)))
+        .map((st) => ({ Action: [st.Action].flat().sort(), Resource: JSON.stringify(st.Resource) }));
+    const states = about('states:');
+    expect(states.map((st) => st.Action)).toEqual([
+      ['states:StartExecution'],
+      ['states:DescribeExecution', 'states:StopExecution'],
+    ]);
+    expect(states[0].Resource).toBe(JSON.stringify({ Ref: attemptId }));
+    expect(states[1].Resource).toContain(attemptId);
+    expect(states[1].Resource).toContain(':execution:');
+    const events = about('events:');
+    expect(events.map((st) => st.Action)).toEqual([['events:DescribeRule', 'events:PutRule', 'events:PutTargets']]);
+    expect(events[0].Resource).toContain('rule/StepFunctionsGetEventsForStepFunctionsExecutionRule');
+  });
+});
+
 describe('cleanup state machine definition', () => {
   const template = synthTemplate({ teardownPollSeconds: 20, teardownPollMaxAttempts: 12 });
   const definition = stateMachineDefinition(template, 'Cleanup');
@@ -532,7 +689,8 @@ describe('cleanup state machine definition', () => {
   }));
 
   test('waits past the longest task Lambda of the main workflow, then tears down at once', () => {
-    const workflow = stateMachineDefinition(template);
+    // the launch attempt's tasks too (launch is the longest)
+    const workflow = inlinedWorkflowDefinition(template);
     const workflowFunctions = new Set(
       Object.values(workflow.States)
         .filter((state) => state.Type === 'Task')

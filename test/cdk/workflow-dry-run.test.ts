@@ -1,4 +1,4 @@
-import { reachable, stateMachineDefinition, synthTemplate, taskModule } from './support';
+import { inlinedWorkflowDefinition, reachable, synthTemplate, taskModule } from './support';
 
 /** What makes or keeps outputs: none of it may run in a dry run, whatever fails. */
 const OUTPUT_STATES = [
@@ -17,23 +17,28 @@ const OUTPUT_STATES = [
 
 describe('dry run path of the state machine', () => {
   const template = synthTemplate();
-  const definition = stateMachineDefinition(template);
+  // the launch attempt inlined where Run attempt starts it
+  const definition = inlinedWorkflowDefinition(template);
   const dryRun = reachable(definition, 'Estimated');
 
-  test('the compaction loop ends in the Dry run? Choice: $.plan.dryRun true → Estimated, else the snapshots (whatever the target)', () => {
+  test("the attempt's compaction loop ends in the Dry run? Choice: $.plan.dryRun true → the attempt ends, and the workflow goes on to Estimated; else the snapshots (whatever the target)", () => {
     expect(definition.States['Compaction: done'].Next).toBe('Dry run?');
     const choice = definition.States['Dry run?'];
     expect(choice.Type).toBe('Choice');
-    expect(choice.Choices).toEqual([
-      {
-        And: [
-          { Variable: '$.plan.dryRun', IsPresent: true },
-          { Variable: '$.plan.dryRun', BooleanEquals: true },
-        ],
-        Next: 'Estimated',
-      },
-    ]);
+    const dryRun = {
+      And: [
+        { Variable: '$.plan.dryRun', IsPresent: true },
+        { Variable: '$.plan.dryRun', BooleanEquals: true },
+      ],
+    };
+    expect(choice.Choices).toEqual([{ ...dryRun, Next: 'Attempt done' }]);
     expect(choice.Default).toBe('Target is a snapshot?');
+    expect(definition.States['Attempt done'].Next).toBe('Attempt outcome?');
+    // an error first (the attempt's error ends it too), then the dry run
+    expect(definition.States['Attempt outcome?'].Choices).toEqual([
+      { Variable: '$.error', IsPresent: true, Next: 'Launch again?' },
+      { ...dryRun, Next: 'Estimated' },
+    ]);
     expect(definition.States['Estimated']).toMatchObject({
       Type: 'Pass',
       Result: 'estimated',

@@ -150,6 +150,14 @@ function machineOf(definition: AslDefinition) {
   return machines.get(key)!;
 }
 
+/** The error a .sync child's failure surfaces as in its parent (the cause is the child's DescribeExecution). */
+class ChildFailed extends Error {
+  constructor(description: Json) {
+    super(JSON.stringify(description));
+    this.name = 'States.TaskFailed';
+  }
+}
+
 async function run(
   template: Template,
   input: Json,
@@ -157,16 +165,36 @@ async function run(
   which: 'Workflow' | 'Cleanup' = 'Workflow',
 ): Promise<Outcome> {
   const definition: AslDefinition = stateMachineDefinition(template, which);
+  // the launch attempt: the child execution `Run attempt` starts (startExecution.sync:2), run here alike
+  const attempt = which === 'Workflow' ? stateMachineDefinition(template, 'WorkflowAttempt') : undefined;
   const handlers = { ...happyHandlers(), ...overrides };
   const calls: Call[] = [];
   const perModule: Record<string, number> = {};
   const local: Record<string, (payload: Json) => Promise<Json>> = {};
   const waits: Record<string, number> = {};
   const retries: Record<string, number> = {};
-  for (const [name, state] of Object.entries(definition.States)) {
+  const options = () => ({
+    overrides: { taskResourceLocalHandlers: local, waitTimeOverrides: waits, retryIntervalOverrides: retries },
+    context: {
+      Execution: { Name: EXECUTION_NAME, Id: `arn:aws:states:us-east-1:111122223333:execution:wf:${EXECUTION_NAME}` },
+      State: { EnteredTime: '2026-01-01T00:00:00Z' },
+    },
+  });
+  for (const [name, state] of [...Object.entries(definition.States), ...Object.entries(attempt?.States ?? {})]) {
     if (state.Type === 'Wait') waits[name] = 0;
     if (state.Type !== 'Task') continue;
     retries[name] = 0;
+    if (name === 'Run attempt') {
+      local[name] = async (params: Json) => {
+        try {
+          return { Status: 'SUCCEEDED', Output: await machineOf(attempt!).run(params.Input, options()).result };
+        } catch (error) {
+          const cause = (error as { cause?: { name: string; message: string } }).cause;
+          throw new ChildFailed({ Status: 'FAILED', Error: cause?.name, Cause: cause?.message });
+        }
+      };
+      continue;
+    }
     const module = taskModule(template, state);
     local[name] = async (payload: Json) => {
       calls.push({ state: name, module, payload });
@@ -174,17 +202,7 @@ async function run(
       return handlers[module]!(payload, perModule[module]);
     };
   }
-  const execution = machineOf(definition).run(input, {
-    overrides: {
-      taskResourceLocalHandlers: local,
-      waitTimeOverrides: waits,
-      retryIntervalOverrides: retries,
-    },
-    context: {
-      Execution: { Name: EXECUTION_NAME },
-      State: { EnteredTime: '2026-01-01T00:00:00Z' },
-    },
-  });
+  const execution = machineOf(definition).run(input, options());
   try {
     return { calls, output: await execution.result };
   } catch (error) {
