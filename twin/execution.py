@@ -242,6 +242,8 @@ def execute(
         "throttledCallsPerFunction": throttled_calls_per_function,
         "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],
         "emulatorEndpoint": emu.endpoint,
+        # the calls Step Functions makes with the state machine's role (startExecution.sync)
+        "iamCalls": str(emu.iam_recorder.path),
         "liveEventLog": str(live_log) if live_log is not None else None,
         "stopFile": str(live_log.with_suffix(".stop")) if live_log is not None else None,
         "stateMachines": {

@@ -3,6 +3,7 @@ role, and removing one grant makes the check report the calls that needed it (tw
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ import twin.context as context_module
 import twin.scenario as scenario_module
 from twin.iam import check as iam_check
 from twin.iam import resolve, usage
-from twin.iam.recorder import INSTANCE_CALLER, parse
+from twin.iam.recorder import INSTANCE_CALLER, STATE_MACHINE_CALLER, parse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,6 +105,39 @@ def test_removing_a_grant_is_reported(
     assert denials, f"removing {removed} denied nothing"
     assert {d.action for d in denials} == {removed}, "\n".join(map(str, denials))
     assert denied_call in {d.call for d in denials}
+
+
+def test_the_workflow_role_runs_its_launch_attempt_and_nothing_more(
+    recorded_run: dict[str, Any],
+) -> None:
+    """Run attempt (startExecution.sync:2): Step Functions starts and describes the child with the
+    workflow's role and keeps the managed rule it learns the child's end from; each of those
+    grants is needed, and the role may not start another state machine."""
+    sync = [c for c in _calls(recorded_run) if c["caller"].startswith(STATE_MACHINE_CALLER)]
+    assert {f"{c['service']}:{c['action']}" for c in sync} == {
+        "states:StartExecution", "states:DescribeExecution",
+        "events:PutTargets", "events:PutRule", "events:DescribeRule",
+    }  # fmt: skip
+    (start,) = [c for c in sync if c["action"] == "StartExecution"]
+    assert "WorkflowAttemptStateMachine" in start["params"]["resource"]
+    check = functools.partial(
+        iam_check.check_calls,
+        recorded_run["calls"],
+        recorded_run["deployment"],
+        cdk_out=recorded_run["cdk_out"],
+    )
+    assert check() == []
+    for removed in ("states:StartExecution", "states:DescribeExecution", "events:PutRule"):
+        denials = check(edit_policies=iam_check.without_action(removed))
+        assert {(d.caller.split(":")[0], d.action) for d in denials} == {("state-machine", removed)}
+
+    def another_machine(policies: iam_check.Policies) -> None:
+        for entries in policies.values():
+            text = json.dumps(entries)
+            entries[:] = json.loads(text.replace("WorkflowAttemptStateMachine", "OtherStateMachine"))
+
+    denied = {d.action for d in check(edit_policies=another_machine)}
+    assert {"states:StartExecution", "states:DescribeExecution"} <= denied
 
 
 def test_a_condition_is_checked_not_just_the_action(recorded_run: dict[str, Any]) -> None:

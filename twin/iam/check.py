@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from ..cfn import Deployment, Resolver, load_template, resources_of
 from . import resolve, usage
-from .recorder import INSTANCE_CALLER
+from .recorder import INSTANCE_CALLER, STATE_MACHINE_CALLER
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKER = Path(__file__).with_name("check.mjs")
@@ -241,8 +241,10 @@ def _judged(
 def _caller_policies(
     template: dict[str, Any], deployment: Deployment, by_role: Policies
 ) -> tuple[Policies, dict[str, str]]:
-    """Function name -> the policies of its role, and INSTANCE_CALLER -> the transfer instance
-    role's (copies: check_calls' caller may edit them); and each caller's role logical id."""
+    """Function name -> the policies of its role, INSTANCE_CALLER -> the transfer instance role's,
+    and STATE_MACHINE_CALLER + a state machine's name -> its role's (the calls Step Functions
+    makes for a startExecution.sync Task, recorded by twin/runner/start_execution.mjs); copies:
+    check_calls' caller may edit them; and each caller's role logical id."""
     policies: Policies = {}
     role_of: dict[str, str] = {}
     for fn in deployment.functions.values():
@@ -254,6 +256,12 @@ def _caller_policies(
     if instance in by_role:
         policies[INSTANCE_CALLER] = copy.deepcopy(by_role[instance])
         role_of[INSTANCE_CALLER] = instance
+    for logical, machine in resources_of(template, "AWS::StepFunctions::StateMachine").items():
+        role = _ref_name(machine["Properties"].get("RoleArn"))
+        if role in by_role:
+            caller = STATE_MACHINE_CALLER + deployment.arns[logical].rsplit(":", 1)[-1]
+            policies[caller] = copy.deepcopy(by_role[role])
+            role_of[caller] = role
     return policies, role_of
 
 

@@ -37,6 +37,9 @@ from . import resolve
 CALLER_HEADER = "X-Twin-Caller"
 # the caller name of the transfer instance's role (its requests carry no X-Twin-Caller)
 INSTANCE_CALLER = "transfer-instance-role"
+# the prefix of a state machine's role as a caller (+ its name): the calls Step Functions makes with
+# it to run a startExecution.sync Task, which the runner records (twin/runner/start_execution.mjs)
+STATE_MACHINE_CALLER = "state-machine:"
 _ENVIRON_KEY = "HTTP_" + CALLER_HEADER.upper().replace("-", "_")
 
 

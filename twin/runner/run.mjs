@@ -61,9 +61,8 @@ const { StateMachine, ExecutionError, ExecutionAbortedError, ExecutionTimeoutErr
 const { distributedMapHandler, isDistributedMap, withDistributedMapsAsTasks } = await import(
   './distributed_map.mjs'
 );
-const { allChildrenDone, isStartExecution, startExecutionHandler, startedExecutions } = await import(
-  './start_execution.mjs'
-);
+const { allChildrenDone, authorization, isStartExecution, startExecutionHandler, startedExecutions } =
+  await import('./start_execution.mjs');
 const { announceMapRun, putObject, runIteration, runMachine } = await import('./children.mjs');
 
 const [jobPath, resultPath] = process.argv.slice(2);
@@ -395,11 +394,20 @@ const childEnv = {
   record: (run) => mapRuns.push(run),
   announce: (run) => announceMapRun(job, run),
 };
+/** Calls Step Functions makes with this state machine's role (the twin's IAM check judges them by
+ * that role: twin/iam/check.py), appended to the emulator's recording (job.iamCalls). */
+function authorized(calls) {
+  if (!job.iamCalls) return;
+  const caller = `state-machine:${job.context.StateMachine.Name}`;
+  const lines = calls.map((call) => `${JSON.stringify({ caller, ...call })}\n`);
+  appendFileSync(job.iamCalls, lines.join(''));
+}
 const machineEnv = {
   machines,
   runChild: (machine, name, input, arn) => runMachine(job, machine, name, input, arn),
+  authorized,
 };
-const inProcessEnv = { machines, runChild: runInProcess };
+const inProcessEnv = { machines, runChild: runInProcess, authorized };
 const topLevel = new Set(Object.keys(job.definition.States ?? {}));
 for (const [name, state] of Object.entries(settling)) {
   if (isDistributedMap(state)) taskResourceLocalHandlers[name] = distributedMapHandler(name, state, childEnv);
@@ -461,7 +469,7 @@ async function outcomeOf(run) {
   return out;
 }
 
-const runningChildren = new Set();
+const runningChildren = new Map();
 const collectors = [];
 
 /** A child of this execution (a launch attempt), run here: see runStates(). */
@@ -478,7 +486,7 @@ async function runInProcess(machine, name, input, executionArn) {
     StateMachine: { Id: machine.arn, Name: machine.name },
   };
   const run = child.run(input, { overrides, context: childContext });
-  runningChildren.add(run);
+  runningChildren.set(run, executionArn);
   collectors.push(collect(run, name));
   try {
     return await outcomeOf(run);
@@ -490,7 +498,10 @@ async function runInProcess(machine, name, input, executionArn) {
 /** StopExecution: the run and, as Step Functions stops a .sync child with its parent, its children. */
 function abortRun() {
   execution.abort();
-  for (const run of runningChildren) run.abort();
+  for (const [run, executionArn] of runningChildren) {
+    authorized([authorization('states:StopExecution', 'execution', executionArn)]);
+    run.abort();
+  }
 }
 
 const machine = validatedMachine(withDistributedMapsAsTasks(job.definition), { checkArn: false });

@@ -128,14 +128,47 @@ function startChild(params, env) {
   return record;
 }
 
+/** The IAM authorizations of a call Step Functions makes with the state machine's role, as the
+ * twin's recorder writes them (twin/iam/recorder.py; checked by twin/iam/check.py). */
+export function authorization(action, resourceType, resource) {
+  const [service, name] = action.split(':');
+  return {
+    service,
+    action: name,
+    params: { resource },
+    contexts: [{ action, resource, resourceType, accountId: resource.split(':')[4], context: {} }],
+  };
+}
+
+/** What Step Functions calls with the parent's role to run a .sync Task (AWS's "IAM policies for
+ * Step Functions" page): StartExecution of the child, DescribeExecution of it, and the managed
+ * EventBridge rule it learns the child's end from (PutTargets, PutRule, DescribeRule). */
+function syncAuthorizations(record) {
+  const [, , , region, account] = record.stateMachineArn.split(':');
+  const rule = `arn:aws:events:${region}:${account}:rule/StepFunctionsGetEventsForStepFunctionsExecutionRule`;
+  return [
+    authorization('states:StartExecution', 'statemachine', record.stateMachineArn),
+    authorization('states:DescribeExecution', 'execution', record.executionArn),
+    ...['events:PutTargets', 'events:PutRule', 'events:DescribeRule'].map((action) =>
+      authorization(action, 'rule-on-default-event-bus', rule),
+    ),
+  ];
+}
+
 /** The local handler of one startExecution Task. `env`: machines ({arn: {name, definition}}),
- * runChild(machine, name, input, arn) -> Promise<{status, output, error, cause}>. */
+ * runChild(machine, name, input, arn) -> Promise<{status, output, error, cause}>, and
+ * authorized(calls) (optional): records the calls Step Functions makes with the role. */
 export function startExecutionHandler(resource, env) {
   const pattern = RESOURCE.exec(resource);
   const sync = Boolean(pattern[1]);
   const version = pattern[2] ?? '';
   return async (params) => {
     const record = startChild(params ?? {}, env);
+    env.authorized?.(
+      sync
+        ? syncAuthorizations(record)
+        : [authorization('states:StartExecution', 'statemachine', record.stateMachineArn)],
+    );
     if (!sync) return { ExecutionArn: record.executionArn, StartDate: record.startedAt };
     await record.done;
     const description = describe(record, version);
