@@ -289,7 +289,8 @@ export interface HistoryEvents {
  */
 export function worstCaseHistoryEvents(s: Settings): HistoryEvents {
   const compaction = Math.max(s.compactionPoll.maxAttempts, COMPACTION_POLL_MAX_ATTEMPTS);
-  const parentIterations = s.sourcePoll.maxAttempts + s.blockListPoll.maxAttempts + 2 * s.teardownPoll.maxAttempts;
+  const parentIterations =
+    s.sourcePoll.maxAttempts + s.blockListPoll.maxAttempts + 2 * s.teardownPoll.maxAttempts;
   const attemptIterations =
     s.readyPoll.maxAttempts +
     s.attachPoll.maxAttempts +
@@ -309,7 +310,11 @@ function checkHistoryBudget(s: Settings): void {
   const events = worstCaseHistoryEvents(s);
   const over = (
     [
-      ['compaction workflow', events.parent, 'sourcePollMaxAttempts, blockListPollMaxAttempts, teardownPollMaxAttempts'],
+      [
+        'compaction workflow',
+        events.parent,
+        'sourcePollMaxAttempts, blockListPollMaxAttempts, teardownPollMaxAttempts',
+      ],
       ['launch attempt', events.attempt, 'the ready, attach, snapshot and teardown *PollMaxAttempts'],
     ] as const
   ).find(([, n]) => n > HISTORY_EVENT_BUDGET);

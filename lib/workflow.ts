@@ -177,7 +177,9 @@ export class CompactionWorkflow extends Construct {
         sfn.JsonPath.hash(sfn.JsonPath.executionId, 'MD5'),
         sfn.JsonPath.stringAt('$.launchAttempt'),
       ),
-      input: sfn.TaskInput.fromObject(Object.fromEntries(ATTEMPT_INPUT_KEYS.map((key) => [key, $(`$.${key}`)]))),
+      input: sfn.TaskInput.fromObject(
+        Object.fromEntries(ATTEMPT_INPUT_KEYS.map((key) => [key, $(`$.${key}`)])),
+      ),
       associateWithParent: true,
       // no ResultPath: DescribeExecution replaces the state, and its Output (JSON, .sync:2) is the new state
       outputPath: '$.Output',

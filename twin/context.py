@@ -15,8 +15,7 @@ from .cfn import Deployment
 from .deploy import deploy
 from .emulator.faults import FaultList, StateFault, parse, state_faults
 from .emulator.server import Emulator
-from .execution import Machine, main_machine
-from .execution import inlined
+from .execution import Machine, inlined, main_machine
 from .execution import state_machines as template_state_machines
 from .options import Options
 from .source import Source, register

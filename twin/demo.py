@@ -163,8 +163,8 @@ def _detail_lines(report: dict[str, Any]) -> list[str]:
             f"{direct['pending_deletes_refused']} pending deletes"
         )
     lines.append(
-        f"  IAM              {len(report.get('iam_denials', []))} of the Lambdas' and the "
-        "transfer instance's calls denied by the synthesized roles"
+        f"  IAM              {len(report.get('iam_denials', []))} of the Lambdas', the transfer "
+        "instance's and the state machines' calls denied by the synthesized roles"
         + (f": {report['iam_denials'][:3]}" if report.get("iam_denials") else "")
     )
     if report["state_durations"]:

@@ -87,8 +87,8 @@ def inlined(machine: Machine, machines: dict[str, Machine]) -> Machine:
     for name, state in machine.definition.get("States", {}).items():
         arn = (state.get("Parameters") or {}).get("StateMachineArn")
         child = machines.get(arn) if isinstance(arn, str) else None
-        if state.get("Type") != "Task" or not START_EXECUTION_SYNC.match(str(state.get("Resource"))) \
-                or child is None:  # fmt: skip
+        sync = START_EXECUTION_SYNC.match(str(state.get("Resource")))
+        if state.get("Type") != "Task" or not sync or child is None:
             states[name] = state
             continue
         catch_all = [c["Next"] for c in state.get("Catch", []) if "States.ALL" in c["ErrorEquals"]]

@@ -42,7 +42,9 @@ export function stateEvents(state: AslState): number {
 
 /** The fixed numbers a Choice compares an attempt counter with (And/Or/Not rules included). */
 function counterBounds(rule: Rule): number[] {
-  const nested = ['And', 'Or'].flatMap((op) => ((rule[op] as Rule[] | undefined) ?? []).flatMap(counterBounds));
+  const nested = ['And', 'Or'].flatMap((op) =>
+    ((rule[op] as Rule[] | undefined) ?? []).flatMap(counterBounds),
+  );
   const not = rule.Not ? counterBounds(rule.Not as Rule) : [];
   const counter = /^\$\.(polls\.[a-zA-Z]+|launchAttempt)$/.test(String(rule.Variable));
   const own = ['NumericGreaterThanEquals', 'NumericLessThan']
@@ -141,7 +143,10 @@ function definitions(settings: Settings): { parent: AslDefinition; attempt: AslD
     const parts: unknown[] = raw['Fn::Join'] ? raw['Fn::Join'][1] : [raw];
     return JSON.parse(parts.map((p) => (typeof p === 'string' ? p : 'TOKEN')).join('')) as AslDefinition;
   };
-  return { parent: definitionOf(workflow.stateMachine), attempt: definitionOf(workflow.attempt.stateMachine) };
+  return {
+    parent: definitionOf(workflow.stateMachine),
+    attempt: definitionOf(workflow.attempt.stateMachine),
+  };
 }
 
 /** The largest `<loop>MaxAttempts` the settings accept with `base` (else every other key at its default). */
@@ -161,7 +166,9 @@ function largestAccepted(key: string, base: Context = {}): number {
 }
 
 const POLL_LOOP_KEYS = Object.entries(contractSettings.settings)
-  .filter(([, spec]) => typeof spec.default === 'object' && spec.default !== null && 'maxAttempts' in spec.default)
+  .filter(
+    ([, spec]) => typeof spec.default === 'object' && spec.default !== null && 'maxAttempts' in spec.default,
+  )
   .map(([key]) => `${key}MaxAttempts`);
 
 const MOST_ATTEMPTS = { maxLaunchAttempts: contractLimits.limits.maxLaunchAttemptsMax.value };
@@ -189,20 +196,25 @@ describe('worst-case history of the compaction workflow and of one launch attemp
     );
   });
 
-  test.each(CASES)('%s: each execution stays under half the limit and within the synth estimate', (_n, context) => {
-    const settings = read(context);
-    const { parent, attempt } = definitions(settings);
-    const computed = { parent: worstCaseEvents(parent), attempt: worstCaseEvents(attempt) };
-    const estimate = worstCaseHistoryEvents(settings);
-    expect(computed.parent).toBeLessThanOrEqual(HISTORY_EVENT_BUDGET);
-    expect(computed.attempt).toBeLessThanOrEqual(HISTORY_EVENT_BUDGET);
-    expect(computed.parent).toBeLessThanOrEqual(estimate.parent);
-    expect(computed.attempt).toBeLessThanOrEqual(estimate.attempt);
-  });
+  test.each(CASES)(
+    '%s: each execution stays under half the limit and within the synth estimate',
+    (_n, context) => {
+      const settings = read(context);
+      const { parent, attempt } = definitions(settings);
+      const computed = { parent: worstCaseEvents(parent), attempt: worstCaseEvents(attempt) };
+      const estimate = worstCaseHistoryEvents(settings);
+      expect(computed.parent).toBeLessThanOrEqual(HISTORY_EVENT_BUDGET);
+      expect(computed.attempt).toBeLessThanOrEqual(HISTORY_EVENT_BUDGET);
+      expect(computed.parent).toBeLessThanOrEqual(estimate.parent);
+      expect(computed.attempt).toBeLessThanOrEqual(estimate.attempt);
+    },
+  );
 
   test('a bound past the budget is refused at synth, naming the execution', () => {
     const key = 'snapshotPollMaxAttempts';
-    expect(() => read({ [key]: largestAccepted(key) + 1 })).toThrow(/one launch attempt execution, over the budget of 12500/);
+    expect(() => read({ [key]: largestAccepted(key) + 1 })).toThrow(
+      /one launch attempt execution, over the budget of 12500/,
+    );
     expect(() => read({ sourcePollMaxAttempts: 5000 })).toThrow(/one compaction workflow execution/);
   });
 

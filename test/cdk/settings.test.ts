@@ -139,7 +139,10 @@ describe('settings', () => {
       /allow \d+ history events in the worst case of one launch attempt execution, over the budget of 12500 \(half the Step Functions limit of 25000/,
     ],
     [{ sourcePollMaxAttempts: 2000 }, /one compaction workflow execution, over the budget/],
-    [{ blockListPollMaxAttempts: 800 }, /allow 13636 history events in the worst case of one compaction workflow/],
+    [
+      { blockListPollMaxAttempts: 800 },
+      /allow 13636 history events in the worst case of one compaction workflow/,
+    ],
     [{ blockListPollSeconds: 4 }, /"blockListPollSeconds" must be a whole number from 5 to 3600/],
     [{ attachPollMaxAttempts: 400 }, /one launch attempt execution, over the budget/],
     [
@@ -172,7 +175,10 @@ describe('settings', () => {
   test('the history estimate: the parent polls sources and block lists, runs each attempt and two teardowns; an attempt polls ready, attach, 360 compaction calls, snapshot and teardown', () => {
     const s = read({});
     expect(worstCaseHistoryEvents(s)).toEqual({
-      parent: (360 + 20 + 2 * 20) * EVENTS_PER_POLL_ITERATION + 3 * PARENT_EVENTS_PER_ATTEMPT + EVENTS_OUTSIDE_LOOPS,
+      parent:
+        (360 + 20 + 2 * 20) * EVENTS_PER_POLL_ITERATION +
+        3 * PARENT_EVENTS_PER_ATTEMPT +
+        EVENTS_OUTSIDE_LOOPS,
       attempt: (40 + 60 + 360 + 360 + 20) * EVENTS_PER_POLL_ITERATION + EVENTS_OUTSIDE_LOOPS,
     });
     // The compaction poll counts at its cap whatever the minimum interval: the plan may use every call.

@@ -134,7 +134,9 @@ describe('state machine definition', () => {
   test('one Task per contract step, each running a stack function', () => {
     const modules = new Set(tasks.map(([, state]) => taskModule(template, state)));
     expect([...modules].sort()).toEqual(
-      TASK_TABLE.filter((task) => task.workflow && task.states.some((s) => IN_WORKFLOW.includes(s.stateMachine)))
+      TASK_TABLE.filter(
+        (task) => task.workflow && task.states.some((s) => IN_WORKFLOW.includes(s.stateMachine)),
+      )
         .map((task) => task.module)
         .sort(),
     );
@@ -142,7 +144,9 @@ describe('state machine definition', () => {
 
   test("every Task state is contract/tasks.json's: module, payload, result path", () => {
     const table = TASK_TABLE.flatMap((task) =>
-      task.states.filter((s) => IN_WORKFLOW.includes(s.stateMachine)).map((s) => [s.state, task.module, s] as const),
+      task.states
+        .filter((s) => IN_WORKFLOW.includes(s.stateMachine))
+        .map((s) => [s.state, task.module, s] as const),
     );
     expect(tasks.map(([name]) => name).sort()).toEqual(table.map(([name]) => name).sort());
     for (const [name, module, entry] of table) {
@@ -236,9 +240,9 @@ describe('state machine definition', () => {
     const into = states.filter(([, state]) => successors(state).includes('Snapshots: first call'));
     expect(into.map(([name]) => name).sort()).toEqual(['Create snapshots', 'Direct snapshots']);
     // the direct branch makes nothing: no Task between the choice and the loop
-    expect(reachable(definition, 'Direct snapshot phase', ['Snapshots: first call']).has('Create snapshots')).toBe(
-      false,
-    );
+    expect(
+      reachable(definition, 'Direct snapshot phase', ['Snapshots: first call']).has('Create snapshots'),
+    ).toBe(false);
   });
 
   test('before Delivered every task catches into the failure chain, which keeps the original error in $.error', () => {
@@ -404,7 +408,9 @@ describe('state machine definition', () => {
       });
     }
     // the lost instance is torn down in the attempt, which ends with InstanceLost; the parent launches again
-    expect(definition.States['Instance lost: teardown phase'].Next).toBe('Teardown before relaunch: first call');
+    expect(definition.States['Instance lost: teardown phase'].Next).toBe(
+      'Teardown before relaunch: first call',
+    );
     expect(definition.States['Teardown before relaunch: done'].Next).toBe('Attempt ended with an error');
     const again = definition.States['Launch again?'];
     expect(again.Choices).toEqual([
@@ -603,9 +609,16 @@ describe('the launch attempt, a child execution of the workflow', () => {
       'Name.$': "States.Format('{}-attempt-{}', States.Hash($$.Execution.Id, 'MD5'), $.launchAttempt)",
       Input: {
         ...Object.fromEntries(
-          ['input', 'executionName', 'launchAttempt', 'timings', 'polls', 'plan', 'sourceBlocks', 'compaction'].map(
-            (key) => [`${key}.$`, `$.${key}`],
-          ),
+          [
+            'input',
+            'executionName',
+            'launchAttempt',
+            'timings',
+            'polls',
+            'plan',
+            'sourceBlocks',
+            'compaction',
+          ].map((key) => [`${key}.$`, `$.${key}`]),
         ),
         'AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID.$': '$$.Execution.Id',
       },
@@ -675,7 +688,9 @@ describe('the launch attempt, a child execution of the workflow', () => {
     expect(states[1].Resource).toContain(attemptId);
     expect(states[1].Resource).toContain(':execution:');
     const events = about('events:');
-    expect(events.map((st) => st.Action)).toEqual([['events:DescribeRule', 'events:PutRule', 'events:PutTargets']]);
+    expect(events.map((st) => st.Action)).toEqual([
+      ['events:DescribeRule', 'events:PutRule', 'events:PutTargets'],
+    ]);
     expect(events[0].Resource).toContain('rule/StepFunctionsGetEventsForStepFunctionsExecutionRule');
   });
 });

@@ -174,20 +174,33 @@ async function run(
   const waits: Record<string, number> = {};
   const retries: Record<string, number> = {};
   const options = () => ({
-    overrides: { taskResourceLocalHandlers: local, waitTimeOverrides: waits, retryIntervalOverrides: retries },
+    overrides: {
+      taskResourceLocalHandlers: local,
+      waitTimeOverrides: waits,
+      retryIntervalOverrides: retries,
+    },
     context: {
-      Execution: { Name: EXECUTION_NAME, Id: `arn:aws:states:us-east-1:111122223333:execution:wf:${EXECUTION_NAME}` },
+      Execution: {
+        Name: EXECUTION_NAME,
+        Id: `arn:aws:states:us-east-1:111122223333:execution:wf:${EXECUTION_NAME}`,
+      },
       State: { EnteredTime: '2026-01-01T00:00:00Z' },
     },
   });
-  for (const [name, state] of [...Object.entries(definition.States), ...Object.entries(attempt?.States ?? {})]) {
+  for (const [name, state] of [
+    ...Object.entries(definition.States),
+    ...Object.entries(attempt?.States ?? {}),
+  ]) {
     if (state.Type === 'Wait') waits[name] = 0;
     if (state.Type !== 'Task') continue;
     retries[name] = 0;
     if (name === 'Run attempt') {
       local[name] = async (params: Json) => {
         try {
-          return { Status: 'SUCCEEDED', Output: await machineOf(attempt!).run(params.Input, options()).result };
+          return {
+            Status: 'SUCCEEDED',
+            Output: await machineOf(attempt!).run(params.Input, options()).result,
+          };
         } catch (error) {
           const cause = (error as { cause?: { name: string; message: string } }).cause;
           throw new ChildFailed({ Status: 'FAILED', Error: cause?.name, Cause: cause?.message });

@@ -134,7 +134,8 @@ def test_the_workflow_role_runs_its_launch_attempt_and_nothing_more(
     def another_machine(policies: iam_check.Policies) -> None:
         for entries in policies.values():
             text = json.dumps(entries)
-            entries[:] = json.loads(text.replace("WorkflowAttemptStateMachine", "OtherStateMachine"))
+            other = text.replace("WorkflowAttemptStateMachine", "OtherStateMachine")
+            entries[:] = json.loads(other)
 
     denied = {d.action for d in check(edit_policies=another_machine)}
     assert {"states:StartExecution", "states:DescribeExecution"} <= denied

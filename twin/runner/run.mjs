@@ -141,9 +141,7 @@ class Worker {
  * a marker named by its hash in job.validatedDir (twin/execution.py); one that fails leaves none,
  * so each of its runs fails alike. Without validatedDir (the runner's unit tests) always. */
 function validatedMachine(definition, validationOptions) {
-  const key = createHash('sha256')
-    .update(JSON.stringify({ definition, validationOptions }))
-    .digest('hex');
+  const key = createHash('sha256').update(JSON.stringify({ definition, validationOptions })).digest('hex');
   const marker = job.validatedDir ? path.join(job.validatedDir, key) : null;
   const known = marker !== null && existsSync(marker);
   const machine = new StateMachine(definition, {
