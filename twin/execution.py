@@ -217,8 +217,9 @@ def execute(
     `live_log`: a JSON-lines file the runner appends each event to as it happens (the twin's
     GetExecutionHistory reads it while the run goes on: emulator/stepfunctions_twin.py); the run
     aborts when the file beside it with suffix .stop appears (the twin's StopExecution).
-    `machines`: the state machines its StartExecution tasks may start (each child runs as its own
-    runner process, without faults)."""
+    `machines`: the state machines its StartExecution tasks may start (a top-level Task's child,
+    the launch attempt, runs in the runner's process with the faults; a Map iteration's child, a
+    batch item, as its own runner process without faults: twin/runner/run.mjs)."""
     if machine is None:
         machine = Machine("", deployment.state_machine_arn, deployment.state_machine_name,
                           deployment.definition)  # fmt: skip
@@ -242,20 +243,20 @@ def execute(
         "throttledCallsPerFunction": throttled_calls_per_function,
         "faults": [f.to_job() for f in (faults or ([fault] if fault is not None else []))],
         "emulatorEndpoint": emu.endpoint,
-        # the calls Step Functions makes with the state machine's role (startExecution.sync)
-        "iamCalls": str(emu.iam_recorder.path),
+        "iamCalls": str(emu.iam_recorder.path),  # Step Functions' calls with the machine's role
         "liveEventLog": str(live_log) if live_log is not None else None,
         "stopFile": str(live_log.with_suffix(".stop")) if live_log is not None else None,
-        "stateMachines": {
-            arn: {"arn": arn, "name": m.name, "definition": m.definition}
-            for arn, m in (machines or {}).items()
-        },
+        "stateMachines": _machines_of_job(machines or {}),
         "emulatorEnv": emu.client_env(),  # ResultWriter's PutObject (as the state machine's role)
         "validatedDir": str(validated_dir()),
     }
     raw = _run_runner(job, logdir / f"{name}.job.json", logdir / f"{name}.result.json",
                       timeout_seconds)  # fmt: skip
     return _result(raw, name, execution_input, execution_arn, machine)
+
+
+def _machines_of_job(machines: dict[str, Machine]) -> dict[str, Any]:
+    return {a: {"arn": a, "name": m.name, "definition": m.definition} for a, m in machines.items()}
 
 
 _validated_lock = threading.Lock()
