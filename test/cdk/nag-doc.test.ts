@@ -24,7 +24,7 @@ const WHERE: [string, RegExp, RegExp][] = [
   ['created VPC endpoints', /^Nag\/Vpc$/, /^EC23$/],
   ['source block lists bucket', /^Nag\/SourceBlocksBucket\//, /./],
   ['task functions, `start_from_tag`', /^Nag\/(Tasks\/\w+|Triggers\/StartFromTag)$/, /^L1$/],
-  ['state machine roles', /^Nag\/(Workflow|Cleanup)\/StateMachine$/, /./],
+  ['state machine roles', /^Nag\/(Workflow|Workflow\/Attempt|Cleanup)\/StateMachine$/, /./],
   ['batch state machine role', /^Nag\/Batch\/StateMachine$/, /./],
   ['batch results bucket', /^Nag\/BatchResultsBucket\//, /./],
   ['`start_from_tag` role', /^Nag\/Triggers\/StartFromTagRole$/, /./],

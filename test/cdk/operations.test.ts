@@ -51,9 +51,14 @@ function dashboardMetrics(template: Template): unknown[][] {
 }
 
 /** The stack's state machines by logical id without the hash (the batch one once lib/batch-workflow.ts is in). */
+/**
+ * The state machines an operator watches: not the launch attempt, which ends with its error instead of failing
+ * (lib/attempt-workflow.ts) and whose failure anyway fails the compaction workflow it runs in.
+ */
 function stateMachines(template: Template): string[] {
   return Object.keys(template.findResources('AWS::StepFunctions::StateMachine'))
     .map((id) => id.replace(/[0-9A-F]{8}$/, ''))
+    .filter((id) => id !== 'WorkflowAttemptStateMachine')
     .sort();
 }
 

@@ -796,8 +796,8 @@ describe('default stack', () => {
 
   test('log groups have a retention; the state machine logs ALL with execution data and traces', () => {
     template.allResourcesProperties('AWS::Logs::LogGroup', { RetentionInDays: 90 });
-    // The compaction workflow, the cleanup and the batch.
-    template.resourceCountIs('AWS::StepFunctions::StateMachine', 3);
+    // The compaction workflow, its launch attempt, the cleanup and the batch.
+    template.resourceCountIs('AWS::StepFunctions::StateMachine', 4);
     template.allResourcesProperties('AWS::StepFunctions::StateMachine', {
       StateMachineType: 'STANDARD',
       TracingConfiguration: { Enabled: true },
