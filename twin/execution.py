@@ -85,10 +85,9 @@ def inlined(machine: Machine, machines: dict[str, Machine]) -> Machine:
     states: dict[str, Any] = {}
     starts: dict[str, str] = {}
     for name, state in machine.definition.get("States", {}).items():
-        arn = (state.get("Parameters") or {}).get("StateMachineArn")
-        child = machines.get(arn) if isinstance(arn, str) else None
-        sync = START_EXECUTION_SYNC.match(str(state.get("Resource")))
-        if state.get("Type") != "Task" or not sync or child is None:
+        started = _sync_children({"States": {name: state}}, machines)
+        child = machines[started[0]] if started else None
+        if child is None:
             states[name] = state
             continue
         catch_all = [c["Next"] for c in state.get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
@@ -256,7 +255,24 @@ def execute(
 
 
 def _machines_of_job(machines: dict[str, Machine]) -> dict[str, Any]:
-    return {a: {"arn": a, "name": m.name, "definition": m.definition} for a, m in machines.items()}
+    """The job's stateMachines: `inProcess` marks a child a top-level .sync Task starts (the
+    launch attempt), which the runner runs in its own process (run.mjs runStates())."""
+    children = {arn for m in machines.values() for arn in _sync_children(m.definition, machines)}
+    return {
+        a: {"arn": a, "name": m.name, "definition": m.definition, "inProcess": a in children}
+        for a, m in machines.items()
+    }
+
+
+def _sync_children(definition: dict[str, Any], machines: dict[str, Machine]) -> list[str]:
+    """The state machines the top-level startExecution.sync Tasks of `definition` start."""
+    out = []
+    for state in definition.get("States", {}).values():
+        arn = (state.get("Parameters") or {}).get("StateMachineArn")
+        sync = START_EXECUTION_SYNC.match(str(state.get("Resource")))
+        if state.get("Type") == "Task" and sync and arn in machines:
+            out.append(arn)
+    return out
 
 
 _validated_lock = threading.Lock()

@@ -9,7 +9,9 @@
 //       faults: [{kind: error|throttle|abort|lost, state: <Task state>}, ...], emulatorEndpoint,
 //       liveEventLog (optional: a JSON-lines file each event is appended to as it happens),
 //       stopFile (optional: the run aborts when this file appears: the twin's StopExecution),
-//       stateMachines (optional: {<arn>: {arn, name, definition}} that StartExecution tasks start),
+//       stateMachines (optional: {<arn>: {arn, name, definition, inProcess}} that StartExecution
+//       tasks start; inProcess: a top-level Task's child runs in this process, see runStates()),
+//       iamCalls (optional: the file the calls Step Functions makes with the role are appended to),
 //       emulatorEnv (optional: boto3 environment for ResultWriter's PutObject) or resultWriterDir,
 //       validatedDir (optional: markers of the definitions validated already, validatedMachine())}
 //       (a single `fault: {kind, state}` is still read as a list of one)
@@ -352,23 +354,30 @@ function* allStates(definition) {
 }
 
 // An execution of this runner may start children of its own (a compaction its launch attempts:
-// a StartExecution Task at the top level of its definition). Those run in this process, as Step
-// Functions would run them beside it: the same workers, faults, emulator and task results, their
-// events in this run's event log (tagged with the child's name). A child started from inside a Map
-// iteration (a batch item) is an execution of its own with its own runner process (children.mjs).
+// a StartExecution Task at the top level of its definition, of a state machine the job marks
+// `inProcess`). Those run in this process, as Step Functions would run them beside it: the same
+// workers, faults, emulator and task results, their events in this run's event log (tagged with
+// the child's name). Any other child (a batch item, started from a Map iteration) is an execution
+// of its own with its own runner process (children.mjs).
 const machines = job.stateMachines ?? {};
-const inProcessMachines = Object.values(job.definition.States ?? {})
-  .filter((state) => state.Type === 'Task' && isStartExecution(state.Resource))
-  .map((state) => machines[state.Parameters?.StateMachineArn])
-  .filter((machine) => machine !== undefined);
+const topLevel = new Set(Object.keys(job.definition.States ?? {}));
+const inProcessChild = (name, state) =>
+  topLevel.has(name) &&
+  state.Type === 'Task' &&
+  isStartExecution(state.Resource) &&
+  machines[state.Parameters?.StateMachineArn]?.inProcess === true;
+const inProcessMachines = Object.entries(job.definition.States ?? {})
+  .filter(([name, state]) => inProcessChild(name, state))
+  .map(([, state]) => machines[state.Parameters.StateMachineArn]);
 
-/** The states of this definition and of the children that run in this process, by name (unique). */
+/** The states of this definition and of the children that run in this process, by name (a
+ * child's names must not be the parent's: the local handlers and wait overrides are by name). */
 function runStates() {
-  const out = {};
-  for (const definition of [job.definition, ...inProcessMachines.map((m) => m.definition)]) {
-    for (const [name, state] of allStates(definition)) {
+  const out = Object.fromEntries(allStates(job.definition));
+  for (const child of inProcessMachines) {
+    for (const [name, state] of allStates(child.definition)) {
       if (name in out && out[name] !== state) {
-        throw new Error(`state "${name}" is in a parent and its in-process child: names must be unique`);
+        throw new Error(`state "${name}" is in ${child.name} and in its parent: names must be unique`);
       }
       out[name] = state;
     }
@@ -406,12 +415,11 @@ const machineEnv = {
   authorized,
 };
 const inProcessEnv = { machines, runChild: runInProcess, authorized };
-const topLevel = new Set(Object.keys(job.definition.States ?? {}));
 for (const [name, state] of Object.entries(settling)) {
   if (isDistributedMap(state)) taskResourceLocalHandlers[name] = distributedMapHandler(name, state, childEnv);
   if (state.Type === 'Task') {
     if (isStartExecution(state.Resource)) {
-      const env = topLevel.has(name) ? inProcessEnv : machineEnv;
+      const env = inProcessChild(name, state) ? inProcessEnv : machineEnv;
       taskResourceLocalHandlers[name] = startExecutionHandler(state.Resource, env);
     } else if (state.Resource in job.functions) {
       taskResourceLocalHandlers[name] = taskHandler(name, state.Resource, false);
