@@ -529,6 +529,10 @@ const events = [];
 // the state's input and output, so the twin's GetExecutionHistory answers while the run goes on.
 function liveLog(event, executionName) {
   if (!job.liveEventLog) return;
+  // A child's start and end are its own history's, never this execution's. Its states are logged
+  // here, which AWS does not do (the parent's history has only the Task's events): the client's
+  // progress reads them (docs/twin.md, "Child executions").
+  if (executionName !== null && event.type.startsWith('Execution')) return;
   const line = {
     execution: executionName,
     type: event.type,
