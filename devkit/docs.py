@@ -210,6 +210,60 @@ def summary_line_table(entry: str = "volume") -> str:
     return schema_table(schemas.load(schemas.SUMMARY, f"/definitions/{entry}"))
 
 
+SHAPE_TYPES = {"string": "str", "integer": "N", "number": "num", "boolean": "bool", "null": "null"}
+
+
+def shape(schema: dict[str, Any], depth: int = 0) -> str:
+    """A schema as a one-line shape: `{"key":type,"optional"?:type}`, `[item]`, `a|b`; objects
+    below the second level as `{…}` (their keys are in the schema)."""
+    branches = schema.get("oneOf") or schema.get("anyOf")
+    if branches:
+        return "|".join(shape(branch, depth) for branch in branches)
+    if "enum" in schema or "const" in schema:
+        return "|".join(json.dumps(v) for v in schema.get("enum", [schema.get("const")]))
+    kinds = schema.get("type", "any")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    parts = []
+    for kind in kinds:
+        if kind == "object" and "properties" in schema:
+            if depth >= 2:
+                parts.append("{…}")
+                continue
+            required = set(schema.get("required", []))
+            keys = [
+                f'"{key}"{"" if key in required else "?"}:{shape(prop, depth + 1)}'
+                for key, prop in schema["properties"].items()
+            ]
+            parts.append("{" + ",".join(keys) + "}")
+        elif kind == "object":
+            parts.append("{…}")
+        elif kind == "array":
+            parts.append(f"[{shape(schema.get('items', {}), depth)}]")
+        else:
+            parts.append(SHAPE_TYPES.get(str(kind), str(kind)))
+    return "|".join(parts)
+
+
+def results_table() -> str:
+    """docs/contract.md: what each task returns and where the state keeps it, from
+    contract/schemas/results/ (the plan's and the report's keys have tables of their own)."""
+    schemas = importlib.import_module("compactor.schemas")
+    rows = []
+    for task in contract("tasks")["tasks"]:
+        module = task["module"]
+        schema = schemas.load(schemas.result_schema(module))
+        paths = ", ".join(sorted({f"`{s['resultPath']}`" for s in task["states"]})) or "—"
+        own = {"prepare": "the plan (below)", "report": "the report (below)"}.get(module)
+        rows.append([f"`{module}`", paths, own or f"`{shape(schema)}`"])
+    return table(["task", "stored at", "result (`?` = optional key)"], rows)
+
+
+def plan_table() -> str:
+    """docs/contract.md: the plan's keys, from plan.schema.json."""
+    schemas = importlib.import_module("compactor.schemas")
+    return schema_table(schemas.load(schemas.PLAN))
+
+
 def checkov_table() -> str:
     """docs/deploy.md: the checkov checks the templates fail on purpose
     (lib/checkov-suppressions.json; lib/checkov-suppressions.ts writes them into the Metadata)."""
@@ -325,6 +379,8 @@ REGISTRY: dict[str, Callable[[], str]] = {
     "contract-dataplane": dataplane_table,
     "contract-execution-input": execution_input_table,
     "contract-summary-line": summary_line_table,
+    "contract-results": results_table,
+    "contract-plan": plan_table,
     "contract-inspect-line": lambda: summary_line_table("inspectedVolume"),
     "batch-selector": batch_selector_table,
     "settings": settings_table,

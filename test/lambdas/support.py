@@ -147,3 +147,56 @@ def summary_volume(source_volume_id: str, **fields: Any) -> dict[str, Any]:
     if unknown:
         raise KeyError(f"no such key in a summary entry: {sorted(unknown)}")
     return entry | fields
+
+
+def instance_result(
+    instance_id: str, availability_zone: str = "us-east-1a", **fields: Any
+) -> dict[str, Any]:
+    """launch's result (results/launch.schema.json) for an instance, `fields` changed."""
+    result: dict[str, Any] = {
+        "instanceId": instance_id,
+        "availabilityZone": availability_zone,
+        "subnetId": "subnet-0123456789abcdef0",
+        "instanceType": "m7i.large",
+        "market": "spot",
+        "failedPools": [],
+    }
+    assert_valid(result | fields, schemas.result_schema("launch"))
+    return result | fields
+
+
+def plan_of(execution_name: str, volumes: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A plan (plan.schema.json) as prepare makes it for a snapshot job, with `volumes` (each
+    `index` and `sourceSnapshotId` at least; the rest as for an unencrypted 8 GiB volume) and
+    `fields` changed."""
+    unencrypted = {
+        "deviceName": None,
+        "sizeGiB": 8,
+        "encrypted": False,
+        "kmsKeyId": None,
+        "targetKmsKeyId": None,
+        "sourceKmsKeyId": None,
+        "sourceFullSizeBytes": None,
+    }
+    plan: dict[str, Any] = {
+        "executionName": execution_name,
+        "source": {"kind": "snapshot", "snapshotId": volumes[0]["sourceSnapshotId"]},
+        "volumes": [unencrypted | volume for volume in volumes],
+        "image": None,
+        "method": "allocated",
+        "target": "snapshot",
+        "jobs": 16,
+        "verify": True,
+        "fastSnapshotRestoreAzs": [],
+        "kmsKeyId": None,
+        "imageName": None,
+        "tags": {},
+        "sourcesReady": True,
+        "pendingSnapshotIds": [],
+        "instanceTypes": ["m7i.large"],
+        "compactionPoll": {"intervalSeconds": 30, "maxAttempts": 360},
+        "bytesToCopy": 0,
+        "notes": [],
+    } | fields
+    assert_valid(plan, schemas.PLAN)
+    return plan

@@ -17,7 +17,7 @@ from conftest import (
     ready_instance,
     serve_snapshot_blocks,
 )
-from support import capture, error_response, respond, summary_volume
+from support import capture, error_response, instance_result, respond, summary_volume
 
 
 def start(
@@ -123,7 +123,7 @@ def test_reads_the_attached_volumes_not_a_ready_result(world: World) -> None:
     """start_compaction takes $.attached (attach_volumes' result); $.ready has no volumes."""
     plan, instance, attached = ready_instance(world, {"snapshotId": world.snapshot()})
     ready = {"ready": True, "state": "running", "pingStatus": "Online"}
-    with pytest.raises(KeyError):
+    with pytest.raises(errors.InvalidInput, match="payload has no 'attached'"):
         start_compaction.handler(
             {"plan": plan, "instance": instance, "ready": ready}, world.context
         )
@@ -147,10 +147,10 @@ def running_instance(world: World) -> dict[str, Any]:
     instance_id = world.ec2.run_instances(MinCount=1, MaxCount=1, ImageId=world.base_image_id)[
         "Instances"
     ][0]["InstanceId"]
-    return {"instanceId": instance_id, "availabilityZone": world.azs[0]}
+    return instance_result(instance_id, world.azs[0])
 
 
-COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
+COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab", "directSnapshots": []}
 
 
 @pytest.mark.parametrize("status", ["Pending", "InProgress", "Delayed", "Cancelling"])

@@ -13,10 +13,10 @@ from compactor import aws
 from compactor.handlers import check_compaction
 from compactor.ssm import progress
 from conftest import World
-from support import capture, error_response, respond, summary_volume
+from support import capture, error_response, instance_result, respond, summary_volume
 
 GROUP = "/compactor-test/commands"  # conftest's COMMAND_LOG_GROUP
-COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
+COMMAND = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab", "directSnapshots": []}
 PLUGIN = "compactVolumes"  # the document's step name: PluginName of a 2.2 document's invocation
 T0 = 1_795_000_000_000  # ms
 
@@ -30,7 +30,7 @@ def line(phase: str, percent: str, done: int, total: int, eta: str = "0:07") -> 
 
 def running_instance(world: World) -> dict[str, Any]:
     reservation = world.ec2.run_instances(MinCount=1, MaxCount=1, ImageId=world.base_image_id)
-    return {"instanceId": reservation["Instances"][0]["InstanceId"]}
+    return instance_result(reservation["Instances"][0]["InstanceId"])
 
 
 def invocation(status: str, stdout: str = "", stderr: str = "") -> None:
@@ -182,6 +182,12 @@ def test_a_throttled_poll_carries_the_progress_forward(world: World) -> None:
     instance = running_instance(world)
     previous_progress = progress.parse_line(line("copy", "40.0", 40, 100), "2026-01-01T00:00:00Z")
     respond(aws.ssm(), "GetCommandInvocation", lambda _: error_response("ThrottlingException"))
-    result = check(world, instance, {"progress": previous_progress})
+    previous = {
+        "done": False,
+        "status": "InProgress",
+        "summary": None,
+        "progress": previous_progress,
+    }
+    result = check(world, instance, previous)
     assert result["transientError"].startswith("GetCommandInvocation: ThrottlingException")
     assert result["progress"] == previous_progress

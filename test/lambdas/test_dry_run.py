@@ -24,7 +24,7 @@ from conftest import (
     serve_snapshot_blocks,
     source_image,
 )
-from support import capture
+from support import capture, instance_result
 
 BLOCK = 512 * 1024
 
@@ -131,8 +131,8 @@ def test_check_compaction_returns_the_inspect_line_unchanged(world: World) -> No
         "volumes": [_inspected(attached["volumes"][0]["sourceVolumeId"], 61, 9 * BLOCK)],
     }
     invocation("Success", stdout=json.dumps(line) + "\n")
-    instance = {"instanceId": sent[0]["InstanceIds"][0]}
-    command = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab"}
+    instance = instance_result(sent[0]["InstanceIds"][0])
+    command = {"commandId": "0b6f7a2e-1111-4c1e-9a3b-0123456789ab", "directSnapshots": []}
     result = check_compaction.handler({"instance": instance, "command": command}, world.context)
     assert (result["done"], result["summary"]) == (True, line)
 

@@ -6,9 +6,13 @@ import pytest
 from compactor import aws, errors
 from compactor.handlers import enable_fast_snapshot_restore
 from conftest import World
-from support import respond
+from support import plan_of, respond
 
-PLAN: dict[str, Any] = {"fastSnapshotRestoreAzs": ["us-east-1a", "us-east-1b"]}
+PLAN = plan_of(
+    "exec-1",
+    [{"index": 0, "sourceSnapshotId": "snap-1"}],
+    fastSnapshotRestoreAzs=["us-east-1a", "us-east-1b"],
+)
 SNAPSHOTS = {
     "snapshots": [
         {
@@ -66,7 +70,7 @@ def test_enables_in_every_az_of_the_input(world: World) -> None:
 
 def test_no_azs_enables_nothing(world: World) -> None:
     calls = respond(aws.ec2(), "EnableFastSnapshotRestores", lambda _: {"Successful": []})
-    assert run(world, {"fastSnapshotRestoreAzs": []}) == {"states": []}
+    assert run(world, PLAN | {"fastSnapshotRestoreAzs": []}) == {"states": []}
     assert calls == []
 
 

@@ -354,14 +354,16 @@ def test_plan_instance_types_win_over_the_environment(world: World) -> None:
 
 @pytest.mark.parametrize("planned", [None, []])
 def test_environment_instance_types_without_plan_ones(world: World, planned: Any) -> None:
+    """A plan of before prepare sized the instance (the handler now refuses it: plan.schema.json
+    requires instanceTypes) still launches the stack's types."""
     plan = plan_for(world)
     plan.pop("instanceTypes", None)
     if planned is not None:
         plan["instanceTypes"] = planned
-    monkeypatch_types = Config.from_env().instance_types
-    calls = capture(aws.ec2(), "RunInstances")
-    run(world, plan)
-    assert calls[0]["InstanceType"] == monkeypatch_types[0]
+    config = Config.from_env()
+    assert launch_module.instance_types(plan, config) == config.instance_types  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidInput, match="'plan' is not a Plan"):
+        run(world, plan)
 
 
 def test_relaunch_starts_in_the_next_subnet(world: World) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from compactor import contract, schemas
+from compactor import contract, schemas, validation
+from compactor.batch import batch_input
 from support import assert_valid
 
 SCHEMAS_DIR = contract.directory() / "schemas"
@@ -94,3 +95,56 @@ def _properties(schema: Any, where: str) -> typing.Iterator[tuple[str, dict[str,
 def test_the_summary_line_holds_at_most_a_jobs_volumes() -> None:
     volumes = schemas.load(schemas.SUMMARY)["properties"]["volumes"]
     assert (volumes["minItems"], volumes["maxItems"]) == (1, contract.limit("maxVolumesPerJob"))
+
+
+@pytest.mark.parametrize(
+    ("wording", "name"),
+    [
+        (validation._WORDING, schemas.EXECUTION_INPUT),
+        (batch_input._WORDING, batch_input.BATCH_INPUT),
+    ],
+    ids=["execution-input", "batch-input"],
+)
+def test_every_error_wording_names_a_key_and_keyword_of_its_schema(
+    wording: dict[tuple[str, str], Any], name: str
+) -> None:
+    """The user's error messages are keyed by schema path and keyword: a key renamed or a check
+    dropped in the schema must not leave a wording that can never be used."""
+    schema = schemas.load(name)
+    # a key's check may also come from the root's conditions (if/then/else, oneOf, ...)
+    conditions = {k: v for k, v in schema.items() if k not in ("properties", "definitions")}
+    for key, keyword in wording:
+        node: Any = schema
+        for part in key.split(".") if key else []:
+            node = _property(node, part.removesuffix("[]"), f"{name}: {key!r}")
+            if part.endswith("[]"):
+                node = node["items"]
+        keywords = set(_keywords(node)) | set(_keywords(conditions))
+        assert keyword == "*" or keyword in keywords, f"{name}: {key!r} has no {keyword!r} check"
+        if key:  # root failures are worded from the whole schema
+            assert isinstance(node, dict) and node, (name, key)
+
+
+def _property(node: dict[str, Any], name: str, where: str) -> Any:
+    """The schema of property `name` of an object schema, also when a branch declares it."""
+    found = [node.get("properties", {}).get(name)]
+    for branch in ("oneOf", "anyOf", "allOf"):
+        found += [b.get("properties", {}).get(name) for b in node.get(branch, [])]
+    declared = [f for f in found if f is not None]
+    assert declared, f"{where}: no property {name!r} in the schema"
+    return declared[0]
+
+
+def _keywords(schema: Any) -> typing.Iterator[str]:
+    """Every keyword the schema uses, at any depth (property names excluded)."""
+    if isinstance(schema, list):
+        for item in schema:
+            yield from _keywords(item)
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            yield key
+            if key == "properties":
+                for prop in value.values():
+                    yield from _keywords(prop)
+            else:
+                yield from _keywords(value)

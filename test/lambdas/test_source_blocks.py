@@ -17,17 +17,17 @@ from conftest import (
     listed_blocks,
     serve_snapshot_blocks,
 )
-from support import error_response, respond
+from support import error_response, plan_of, respond
 
 
 def plan_for(world: World, count: int = 1) -> dict[str, Any]:
-    return {
-        "executionName": EXECUTION,
-        "volumes": [
+    return plan_of(
+        EXECUTION,
+        [
             {"index": i, "sourceSnapshotId": world.snapshot(description=f"v{i}")}
             for i in range(count)
         ],
-    }
+    )
 
 
 def bundle(key: str = f"{EXECUTION}/source-blocks.tar.gz") -> dict[str, Any]:

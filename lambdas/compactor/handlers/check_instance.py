@@ -1,9 +1,8 @@
 """Task 3: is the transfer instance running and SSM-managed? (attach_volumes follows.)"""
 
-from typing import cast
-
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from compactor.boundary import field
 from compactor.ec2 import instances
 from compactor.models import InstanceResult, Plan, ReadyResult
 from compactor.observability import Event, task_handler
@@ -11,4 +10,4 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> ReadyResult:
-    return instances.check(cast(Plan, event["plan"]), cast(InstanceResult, event["instance"]))
+    return instances.check(field(event, "plan", Plan), field(event, "instance", InstanceResult))

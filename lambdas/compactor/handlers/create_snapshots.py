@@ -1,10 +1,9 @@
 """Task 6: snapshot each compacted target volume."""
 
-from typing import cast
-
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import snapshots
+from compactor.boundary import field
 from compactor.config import Config
 from compactor.models import AttachResult, NewSnapshots, Plan
 from compactor.observability import Event, task_handler
@@ -12,9 +11,11 @@ from compactor.observability import Event, task_handler
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> NewSnapshots:
-    attached = cast(AttachResult, event["attached"])
+    attached = field(event, "attached", AttachResult)
     return {
         "snapshots": snapshots.create_from_targets(
-            cast(Plan, event["plan"]), attached["volumes"], Config.from_env(task="create_snapshots")
+            field(event, "plan", Plan),
+            attached["volumes"],
+            Config.from_env(task="create_snapshots"),
         )
     }

@@ -4,14 +4,13 @@
 fails the run as ImageNotDelivered). For a snapshot job (no source AMI) it registers nothing and
 returns imageId null."""
 
-from typing import cast
-
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import images, sharing
+from compactor.boundary import field, snapshots_field
 from compactor.config import Config
 from compactor.errors import SharingNotCopied
-from compactor.models import ImageResult, Plan, SnapshotsResult
+from compactor.models import ImageResult, Plan
 from compactor.observability import Event, task_handler
 
 # what a context without get_remaining_time_in_millis (a test's) is taken to have left
@@ -20,8 +19,8 @@ DEFAULT_SECONDS_LEFT = 60.0
 
 @task_handler
 def handler(event: Event, context: LambdaContext) -> ImageResult:
-    plan = cast(Plan, event["plan"])
-    snapshots = cast(SnapshotsResult, event["snapshots"])["snapshots"]
+    plan = field(event, "plan", Plan)
+    snapshots = snapshots_field(event)["snapshots"]
     result = images.register(plan, snapshots, Config.from_env(task="register_image"))
     if not plan.get("copySharing") or result["imageId"] is None or plan["image"] is None:
         return result
