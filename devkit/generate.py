@@ -207,7 +207,9 @@ def payload_types() -> str:
         output.write_text(PAYLOAD_HEADER + code + schema_table(), encoding="utf-8")
         ruff = Path(sys.executable).with_name("ruff")
         for args in (["check", "--fix-only", "--select=I,F401,UP"], ["format"]):
-            subprocess.run([ruff, *args, "--quiet", output], check=True, cwd=ROOT)
+            # the project's settings (line length, target), though the file is outside it
+            config = ["--config", str(ROOT / "pyproject.toml")]
+            subprocess.run([ruff, *args, *config, "--quiet", output], check=True, cwd=ROOT)
         return output.read_text(encoding="utf-8")
 
 
