@@ -57,8 +57,8 @@ lint-docs: setup
 docs: setup
 	$(DOCS)
 
-# Rewrites every source file generated from contract/ (devkit/generate.py: the data plane's
-# constants module); lint-docs fails while one is stale.
+# Rewrites every source file generated from contract/ (devkit/generate.py: compactor/models.py,
+# the data plane's constants module sparsecopy/shared.py); lint-docs fails while one is stale.
 GENERATE := $(PY) -m devkit.generate
 generate: setup
 	$(GENERATE)
