@@ -7,11 +7,15 @@ tests all take "the chunks a volume holds" from the allocation map of its sparse
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-CHUNK = 512 * 1024
+# the EBS snapshot block, from its one source
+CHUNK: int = json.loads(
+    (Path(__file__).resolve().parents[1] / "contract" / "dataplane.json").read_text()
+)["constants"]["ebsBlockBytes"]["value"]
 
 # (start, length) in bytes
 Extent = tuple[int, int]

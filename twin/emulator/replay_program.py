@@ -20,8 +20,6 @@ import sys
 import types
 from typing import Any
 
-BLOCK = 512 * 1024
-
 
 def _import_program(pyz: str) -> None:
     """The zipapp's modules as the `sparsecopy` package, as its own __main__ does."""
@@ -36,6 +34,7 @@ def _replayed_plan(plans: "dict[str, Any]") -> Any:
     from sparsecopy.extents import complement, intersect, normalize
     from sparsecopy.partitions import Layout, Partition
     from sparsecopy.progress import log
+    from sparsecopy.shared import EBS_BLOCK_BYTES as BLOCK
 
     def plan_disk(source: str, disk_size: int, sector: int, method: str, recover: bool,
                   reader: Any, held: Any = None, scratch: Any = None) -> Any:  # fmt: skip

@@ -24,7 +24,7 @@ from devkit.chunks import copy_image
 from ..iam import recorder as iam_recorder
 from . import amis_twin, boot, consistency, ec2_twin, instance_metadata, map_runs, ssm_twin
 from . import state as st
-from .blockstore import fingerprint, written_chunks
+from .blockstore import EBS_BLOCK, fingerprint, written_chunks
 from .faults import Faults
 from .moto_server import TwinServer, publish_parameter, reset_moto
 
@@ -210,7 +210,7 @@ class Emulator:
         copy_image(image, path)
         snapshot.status = state
         snapshot.twin_progress = "100%" if state == "completed" else "42%"
-        snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * 512 * 1024
+        snapshot.full_snapshot_size_in_bytes = len(written_chunks(path)) * EBS_BLOCK
         # what DescribeSnapshots renders (moto 5.2.5 serializes these attributes as they are):
         # StateMessage of a snapshot in error, StorageTier archive (RestoreExpiryTime of a
         # temporary restore), KmsKeyId (e.g. another account's key ARN)
