@@ -2,7 +2,13 @@
 
 Throttling: boto3's standard retry mode retries throttled calls with backoff (up to
 MAX_ATTEMPTS); a poll that still gets a throttling error backs off further (doubling its interval
-up to MAX_INTERVAL) instead of failing the wait."""
+up to MAX_INTERVAL) instead of failing the wait.
+
+A launch attempt's history (progress.py: the attempt is a child execution) may not be readable at
+once: Step Functions is eventually consistent, and a just-started execution can answer
+ExecutionDoesNotExist (or AccessDeniedException) for a moment. Such a read is tried again at the
+next poll; after UNREADABLE_POLLS of them in a row the wait says once that the attempt's progress
+cannot be shown, and goes on."""
 
 from __future__ import annotations
 
@@ -31,10 +37,17 @@ THROTTLING = {
     "ProvisionedThroughputExceededException",
 }
 END_STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+NOT_YET_READABLE = ("ExecutionDoesNotExist", "AccessDeniedException")
+UNREADABLE_POLLS = 5
 
 
 class ClientFailure(RuntimeError):
-    """An AWS call the client needs failed (not the execution): the message says which."""
+    """An AWS call the client needs failed (not the execution): the message says which; `code`
+    is AWS's error code, if there was one."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def session_config() -> Config:
@@ -121,8 +134,14 @@ class Api:
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code in THROTTLING:
-                raise Throttled(str(error)) from error
-            raise ClientFailure(f"states:{_action(operation)}: {error}") from error
+                raise Throttled(str(error), code) from error
+            raise ClientFailure(f"states:{_action(operation)}: {error}", code) from error
+
+    def attempt_lines(self, progress: Progress, attempt: str) -> list[str]:
+        """The lines of the launch attempt's new history events; raises ClientFailure (its
+        `code` in NOT_YET_READABLE while the attempt is not readable yet)."""
+        events = self.new_events(attempt, progress.attempt_event_ids.get(attempt, 0))
+        return progress.apply(events, attempt=attempt)
 
 
 class Throttled(ClientFailure):
@@ -150,12 +169,18 @@ class Waiter:
         """The final DescribeExecution answer; raises TimeoutError when --timeout passes."""
         progress, interval = Progress(steps=self.batch), self.interval
         deadline = None if self.timeout is None else self.clock() + self.timeout
+        unreadable: dict[str, int] = {}
         while True:
             try:
                 described = self.api.describe(self.execution_arn)
+                before = progress.attempt_arn
                 self._show(
                     progress, self.api.new_events(self.execution_arn, progress.last_event_id)
                 )
+                if before and before != progress.attempt_arn:  # a relaunch: the old one's end
+                    self._follow(progress, before, unreadable)
+                if progress.attempt_arn:
+                    self._follow(progress, progress.attempt_arn, unreadable)
                 if progress.map_run_arn:
                     counts = self.api.map_run_counts(progress.map_run_arn)
                     self._show_line(progress.counts_line(counts) if counts else None)
@@ -170,6 +195,25 @@ class Waiter:
             if deadline is not None and self.clock() >= deadline:
                 raise TimeoutError(summary_line("RUNNING", None, None, None))
             self.sleep(interval)
+
+    def _follow(self, progress: Progress, attempt: str, unreadable: dict[str, int]) -> None:
+        """Show the attempt's new lines; one not readable yet is read again at the next poll."""
+        try:
+            lines = self.api.attempt_lines(progress, attempt)
+        except ClientFailure as failure:
+            if failure.code not in NOT_YET_READABLE:
+                raise
+            unreadable[attempt] = unreadable.get(attempt, 0) + 1
+            if unreadable[attempt] == UNREADABLE_POLLS:
+                self.out(
+                    f"the launch attempt's history is not readable ({failure.code}), so its "
+                    f"phases and copy progress are not shown; does your policy allow "
+                    f"states:GetExecutionHistory on {attempt}?"
+                )
+            return
+        unreadable.pop(attempt, None)
+        for line in lines:
+            self._show_line(line)
 
     def _show(self, progress: Progress, events: list[dict[str, Any]]) -> None:
         for line in progress.apply(events):

@@ -24,7 +24,7 @@ import click
 from botocore.exceptions import BotoCoreError
 
 from . import inputs
-from .api import Api, ClientFailure, Waiter, output_of
+from .api import NOT_YET_READABLE, Api, ClientFailure, Waiter, output_of
 from .progress import (
     BATCH_SUCCESS_OUTCOMES,
     SUCCESS_OUTCOMES,
@@ -259,6 +259,7 @@ def status(obj: Ctx, execution_arn: str, as_json: bool) -> None:
     else:
         progress = Progress()
         progress.apply(_aws(lambda: obj.api.all_events(execution_arn)))
+        _attempt_progress(obj.api, progress)
         click.echo(f"execution: {execution_arn}")
         if described["status"] == "RUNNING" and progress.phase:
             click.echo(f"phase: {progress.phase}")
@@ -281,6 +282,17 @@ def report(obj: Ctx, execution_arn: str) -> None:
     if output is None:
         _fail(f"{execution_arn} is {described['status']} and has no report yet", "AWS")
     click.echo(json.dumps(output, indent=1, sort_keys=True))
+
+
+def _attempt_progress(api: Api, progress: Progress) -> None:
+    """The running launch attempt's phase and copy (its own history), if it is readable yet."""
+    if progress.attempt_arn is None:
+        return
+    try:
+        api.attempt_lines(progress, progress.attempt_arn)
+    except ClientFailure as failure:
+        if failure.code not in NOT_YET_READABLE:
+            _fail(str(failure), "AWS")
 
 
 def _report_from_history(events: list[dict[str, Any]]) -> Any:

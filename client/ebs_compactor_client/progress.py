@@ -4,7 +4,13 @@ The workflow marks each phase with a Pass state named "<Phase> phase"
 (lib/workflow-building-blocks.ts markPhase; the phases are contract/tasks.json `phases`), and
 `Check compaction` keeps the data plane's last progress line in its result:
 `$.compaction.progress` = {phase, percent, bytesDone, bytesTotal, etaSeconds, at}, null before
-the first line."""
+the first line.
+
+Each launch attempt is a child execution (lib/attempt-workflow.ts, started by the workflow's
+`Run attempt` Task with startExecution.sync:2): its phases and `Check compaction` are in its own
+history, not the workflow's. The workflow's history names it in the Task's TaskSubmitted event
+(the StartExecution response: ExecutionArn); a relaunch submits a new one, and the newest is the
+one to follow (`Progress.attempt_arn`)."""
 
 from __future__ import annotations
 
@@ -33,13 +39,21 @@ class Progress:
     map_run_arn: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     last_event_id: int = 0
+    # the newest launch attempt (a child execution) and, by attempt, the last event id read
+    attempt_arn: str | None = None
+    attempt_event_ids: dict[str, int] = field(default_factory=dict)
 
-    def apply(self, events: list[dict[str, Any]]) -> list[str]:
-        """Take new history events (oldest first); return the lines to print: every phase
-        change, and of the copy lines only the newest (one poll may read many)."""
+    def apply(self, events: list[dict[str, Any]], attempt: str | None = None) -> list[str]:
+        """Take new history events (oldest first) of the execution, or of its launch attempt
+        `attempt`; return the lines to print: every phase change, and of the copy lines only the
+        newest (one poll may read many)."""
         lines: list[str] = []
         for event in events:
-            self.last_event_id = max(self.last_event_id, int(event.get("id", 0)))
+            event_id = int(event.get("id", 0))
+            if attempt is None:
+                self.last_event_id = max(self.last_event_id, event_id)
+            else:
+                self.attempt_event_ids[attempt] = max(self.attempt_event_ids.get(attempt, 0), event_id)
             line = self._apply_one(event)
             if line:
                 lines.append(line)
@@ -50,6 +64,9 @@ class Progress:
         kind = event.get("type", "")
         if kind == "MapRunStarted":
             self.map_run_arn = event.get("mapRunStartedEventDetails", {}).get("mapRunArn")
+            return None
+        if kind == "TaskSubmitted":
+            self.attempt_arn = started_child(event) or self.attempt_arn
             return None
         if kind.endswith("StateEntered"):
             name = event.get("stateEnteredEventDetails", {}).get("name", "")
@@ -80,6 +97,21 @@ class Progress:
             return None
         self.counts = keep
         return format_counts(keep)
+
+
+def started_child(event: dict[str, Any]) -> str | None:
+    """The ExecutionArn of a TaskSubmitted event of a StartExecution Task (.sync), or None."""
+    details = event.get("taskSubmittedEventDetails", {})
+    if details.get("resourceType") != "states":
+        return None
+    if not str(details.get("resource", "")).startswith("startExecution"):
+        return None
+    try:
+        answer = json.loads(details.get("output") or "null")
+    except json.JSONDecodeError:
+        return None
+    arn = answer.get("ExecutionArn") if isinstance(answer, dict) else None
+    return arn if isinstance(arn, str) else None
 
 
 def compaction_progress(output: str | None) -> dict[str, Any] | None:

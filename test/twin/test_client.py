@@ -171,7 +171,8 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
                           "--wait", "--poll-seconds", "0.5", "--json")  # fmt: skip
             assert proc.returncode == 0, proc.stderr[-3000:]
             lines = proc.stderr.splitlines()
-            assert any(line.startswith("phase: ") for line in lines), lines
+            # the attempt's phases: read from its own history, not the workflow's
+            assert "phase: Prepare" in lines and "phase: Compaction" in lines, lines
             # e.g. "copy (volume 1/1): 100.0% 29.0 MiB of 29.0 MiB, about 0s left"; target
             # snapshot's copy is over within a poll here, its read-back ("verify ...") is seen
             progress = re.compile(r"(copy|verify)[^:]*: \d+\.\d% .+ of .+")
@@ -179,6 +180,7 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
             report = json.loads(proc.stdout)
             assert report["outcome"] == "success"
             execution = lines[0].removeprefix("started: ")
+            _attempt_is_its_own_execution(emu, execution)
             status = client(emu, *stack, "status", execution)
             assert status.returncode == 0 and "SUCCEEDED outcome=success" in status.stdout
             again = client(emu, *stack, "report", execution)
@@ -188,6 +190,31 @@ def test_client_follows_a_real_compaction(cdk_out: Path, tmp_path: Path) -> None
             assert bad.returncode == 1, bad.stderr[-3000:]
             assert bad.stdout.splitlines()[-1].startswith("FAILED error=SnapshotNotFound"), bad
             _batch_through_the_client(emu, stack, ctx.registered.snapshot_ids[0])
+
+
+def _attempt_is_its_own_execution(emu: Emulator, execution: str) -> None:
+    """As in AWS: the workflow's history has only `Run attempt`'s Task events; the attempt (the
+    TaskSubmitted's ExecutionArn) has its own record, history and place in ListExecutions."""
+    sfn = emu.boto3_client("stepfunctions")
+    events = sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
+    names = {e.get("stateEnteredEventDetails", {}).get("name") for e in events}
+    assert "Run attempt" in names and "Check compaction" not in names, names
+    start = next(i for i, e in enumerate(events)
+                 if e.get("stateEnteredEventDetails", {}).get("name") == "Run attempt")  # fmt: skip
+    assert [e["type"] for e in events[start : start + 6]] == [
+        "TaskStateEntered", "TaskScheduled", "TaskStarted", "TaskSubmitted", "TaskSucceeded",
+        "TaskStateExited"]  # fmt: skip
+    submitted = events[start + 3]["taskSubmittedEventDetails"]
+    assert (submitted["resourceType"], submitted["resource"]) == ("states", "startExecution.sync:2")
+    attempt = json.loads(submitted["output"])["ExecutionArn"]
+    described = sfn.describe_execution(executionArn=attempt)
+    assert described["status"] == "SUCCEEDED", described
+    listed = sfn.list_executions(stateMachineArn=described["stateMachineArn"])["executions"]
+    assert attempt in [e["executionArn"] for e in listed]
+    own = sfn.get_execution_history(executionArn=attempt, maxResults=1000)["events"]
+    assert (own[0]["type"], own[-1]["type"]) == ("ExecutionStarted", "ExecutionSucceeded")
+    exited = [e["stateExitedEventDetails"]["name"] for e in own if "stateExitedEventDetails" in e]
+    assert "Check compaction" in exited and "Run attempt" not in exited, exited
 
 
 def _batch_through_the_client(emu: Emulator, stack: list[str], snapshot: str) -> None:

@@ -15,6 +15,8 @@
   eventual-consistency lags of consistency.py end (they are counted in calls otherwise).
 - `/_twin/map-run`: the runner POSTs each Distributed Map run as it starts and ends (map_runs.py
   answers ListMapRuns and DescribeMapRun from them).
+- `/_twin/child-execution`: the runner POSTs each child it runs in its own process (a launch
+  attempt) as it starts and ends (stepfunctions_twin.child_execution: an execution of its own).
 - `lost@STATE`: the runner POSTs `/_twin/lost` {"execution": name} when it enters the state; every
   instance tagged with that execution that is not terminated is terminated as by a Spot
   interruption (ec2_twin.interrupt_spot_instance).
@@ -33,7 +35,7 @@ from moto.ec2.models import ec2_backends
 
 from devkit.ebs import wire
 
-from . import ebs_direct, map_runs, s3_twin
+from . import ebs_direct, map_runs, s3_twin, stepfunctions_twin
 from . import state as st
 from .ec2_twin import interrupt_spot_instance
 
@@ -170,6 +172,9 @@ class Middleware:
             status = "200 OK"
         elif environ["PATH_INFO"] == "/_twin/settle" and emu is not None:
             answer, status = {"settled": settle(emu)}, "200 OK"
+        elif environ["PATH_INFO"] == "/_twin/child-execution" and emu is not None:
+            recorded = stepfunctions_twin.child_execution(self.account, self.region, request)
+            answer, status = {"recorded": recorded}, "200 OK"
         elif environ["PATH_INFO"] == "/_twin/map-run" and emu is not None:
             map_runs.record(emu, request)
             answer, status = {"recorded": request.get("mapRunArn")}, "200 OK"

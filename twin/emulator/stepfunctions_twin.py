@@ -11,6 +11,14 @@ ExecutionSucceeded/Failed/Aborted/TimedOut), paginated with maxResults/nextToken
 StopExecution asks the runner to abort (its stop file) and the execution ends ABORTED once the
 Lambda call in flight has completed, as in AWS. Without serve() the twin is unchanged: a start
 lands in moto and the scenario runs it (twin/starts.py).
+
+A child execution the runner runs in its own process (a launch attempt, `Run attempt`'s
+startExecution.sync:2) is an execution of its own, as in AWS: the runner announces it
+(`/_twin/child-execution`, child_execution()) and it gets moto's record of the attempt state
+machine (DescribeExecution, ListExecutions) and its own live log (GetExecutionHistory). The
+parent's history has only the Task's events (TaskScheduled, TaskStarted, TaskSubmitted with the
+StartExecution response, TaskSucceeded/TaskFailed). Harsh as AWS's eventual consistency: the
+first CHILD_UNREADABLE_READS GetExecutionHistory calls of a child answer ExecutionDoesNotExist.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
     from ..execution import Machine
     from .server import Emulator
 
+CHILD_UNREADABLE_READS = 1
 MAX_RESULTS = 1000  # GetExecutionHistory's maxResults: 1..1000, default 100
 DEFAULT_RESULTS = 100
 END_TYPES = {
@@ -56,6 +65,8 @@ class Run:
     log: Path
     stop_file: Path
     thread: threading.Thread | None = None
+    # GetExecutionHistory calls still answered ExecutionDoesNotExist (a child just started)
+    unreadable_reads: int = 0
 
 
 @dataclass
@@ -174,6 +185,37 @@ def _run(served: Served, run: Run, execution: Any, state_machine_arn: str) -> No
     execution.stop_date = utcnow()
 
 
+def child_execution(account: str, region: str, request: dict[str, Any]) -> bool:
+    """A child the runner runs in its process started (status RUNNING) or ended: moto's record of
+    it (created at the start, its end written at the end) and its live log; False when the twin
+    serves no Step Functions API (a scenario run without serve())."""
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    served = _SERVED
+    if served is None:
+        return False
+    backend = stepfunctions_backends[account][region]
+    arn = str(request["executionArn"])
+    if request["status"] == "RUNNING":
+        execution = _ORIGINALS["start"](backend, request["stateMachineArn"], request["name"],
+                                        json.dumps(request.get("input") or {}))  # fmt: skip
+        if execution.execution_arn != arn:
+            raise ValueError(f"the runner's child {arn} is {execution.execution_arn} in moto")
+        log = Path(request["log"])
+        with served.lock:
+            served.runs[arn] = Run(arn, log, log.with_suffix(".stop"),
+                                   unreadable_reads=CHILD_UNREADABLE_READS)  # fmt: skip
+        return True
+    execution = backend.describe_execution(arn)
+    execution.status = request["status"]
+    output = request.get("output")
+    execution.output = json.dumps(output) if request["status"] == "SUCCEEDED" else None
+    execution.error = request.get("error")
+    execution.cause = _cause(request)
+    execution.stop_date = utcnow()
+    return True
+
+
 def _stop_execution(self: Any, execution_arn: str) -> Any:
     found = _served_run(execution_arn)
     if found is None:
@@ -206,6 +248,13 @@ def _get_execution_history(self: Any) -> Any:
         served.throttle_history = max(0, served.throttle_history - 1)
     if throttled:
         raise Throttling()
+    with served.lock:
+        unreadable = run.unreadable_reads > 0
+        run.unreadable_reads = max(0, run.unreadable_reads - 1)
+    if unreadable:
+        from moto.stepfunctions.exceptions import ExecutionDoesNotExist
+
+        raise ExecutionDoesNotExist(f"Execution Does Not Exist: '{arn}'")  # type: ignore[no-untyped-call]
     role = f"arn:aws:iam::{served.deployment.account}:role/twin-state-machine"
     events = history_events(read_log(run.log), role, self._get_param("includeExecutionData", True))
     events = with_map_runs(events, _map_runs_of(arn))
@@ -297,6 +346,8 @@ def _aws_event(line: dict[str, Any], role_arn: str, include: bool) -> dict[str, 
         event.update({"type": aws_type, END_TYPES[kind]: _clean(details)})
     elif kind in ("StateEntered", "StateExited"):
         event.update(_state_event(line, data))
+    elif kind in TASK_TYPES:
+        event.update(_task_event(line, data))
     elif kind == "StateFailed" and line.get("stateType") == "Task":
         details = {"resourceType": "lambda", "resource": "invoke", "error": line["error"],
                    "cause": _cause(line)}  # fmt: skip
@@ -316,6 +367,30 @@ def _state_event(line: dict[str, Any], data: Any) -> dict[str, Any]:
     details = {"name": line["state"], "output": data(line["output"]),
                "outputDetails": {"truncated": False}}  # fmt: skip
     return {"type": f"{line['stateType']}StateExited", "stateExitedEventDetails": _clean(details)}
+
+
+TASK_TYPES = {
+    "TaskScheduled": "taskScheduledEventDetails",
+    "TaskStarted": "taskStartedEventDetails",
+    "TaskSubmitted": "taskSubmittedEventDetails",
+    "TaskSucceeded": "taskSucceededEventDetails",
+    "TaskFailed": "taskFailedEventDetails",
+}
+
+
+def _task_event(line: dict[str, Any], data: Any) -> dict[str, Any]:
+    """A Task's own event as the runner logged it (a StartExecution Task: resourceType "states",
+    resource e.g. "startExecution.sync:2")."""
+    kind, arn = line["type"], str(line.get("resource") or "")
+    service, _, resource = arn.removeprefix("arn:aws:states:::").partition(":")
+    details: dict[str, Any] = {"resourceType": service, "resource": resource}
+    if kind == "TaskScheduled":
+        details["parameters"] = data(line["input"])
+    elif kind in ("TaskSubmitted", "TaskSucceeded"):
+        details.update(output=data(line["output"]), outputDetails={"truncated": False})
+    elif kind == "TaskFailed":
+        details.update(error=line["error"], cause=_cause(line))
+    return {"type": kind, TASK_TYPES[kind]: _clean(details)}
 
 
 def _map_runs_of(execution_arn: str) -> list[dict[str, Any]]:

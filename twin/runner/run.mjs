@@ -415,11 +415,15 @@ const machineEnv = {
   authorized,
 };
 const inProcessEnv = { machines, runChild: runInProcess, authorized };
+// The in-process children's Task states: their Task events come from their handler (taskEventOf)
+const ownTaskEvents = new Set();
 for (const [name, state] of Object.entries(settling)) {
   if (isDistributedMap(state)) taskResourceLocalHandlers[name] = distributedMapHandler(name, state, childEnv);
   if (state.Type === 'Task') {
     if (isStartExecution(state.Resource)) {
-      const env = inProcessChild(name, state) ? inProcessEnv : machineEnv;
+      const inProcess = inProcessChild(name, state);
+      if (inProcess) ownTaskEvents.add(name);
+      const env = inProcess ? { ...inProcessEnv, taskEvent: taskEventOf(name, state.Resource) } : machineEnv;
       taskResourceLocalHandlers[name] = startExecutionHandler(state.Resource, env);
     } else if (state.Resource in job.functions) {
       taskResourceLocalHandlers[name] = taskHandler(name, state.Resource, false);
@@ -478,8 +482,30 @@ async function outcomeOf(run) {
 const runningChildren = new Map();
 const collectors = [];
 
+/** The live log of an in-process child: its own history, beside this execution's live log (the
+ * twin's GetExecutionHistory of the child's ARN answers from it). */
+function childLiveLog(name) {
+  return job.liveEventLog ? path.join(path.dirname(job.liveEventLog), `${name}.events.jsonl`) : null;
+}
+
+/** Tell the emulator an in-process child started or ended, so that it is an execution of its own
+ * there (DescribeExecution, GetExecutionHistory from its live log, ListExecutions:
+ * twin/emulator/stepfunctions_twin.py); without a live log (no Step Functions API): nothing. */
+async function announceChild(child) {
+  if (!job.emulatorEndpoint || !child.log) return;
+  await fetch(`${job.emulatorEndpoint}/_twin/child-execution`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(child),
+  });
+}
+
 /** A child of this execution (a launch attempt), run here: see runStates(). */
 async function runInProcess(machine, name, input, executionArn) {
+  const log = childLiveLog(name);
+  const announced = { executionArn, stateMachineArn: machine.arn, name, input, log };
+  if (log) writeFileSync(log, '');
+  await announceChild({ ...announced, status: 'RUNNING' });
   const child = validatedMachine(withDistributedMapsAsTasks(machine.definition), { checkArn: false });
   const childContext = {
     ...context,
@@ -493,11 +519,17 @@ async function runInProcess(machine, name, input, executionArn) {
   };
   const run = child.run(input, { overrides, context: childContext });
   runningChildren.set(run, executionArn);
-  collectors.push(collect(run, name));
+  const collecting = collect(run, name);
+  collectors.push(collecting);
+  let outcome = { status: 'FAILED', output: null, error: 'States.Runtime', cause: 'the child did not end' };
   try {
-    return await outcomeOf(run);
+    outcome = await outcomeOf(run);
+    return outcome;
   } finally {
     runningChildren.delete(run);
+    // its last events first, so that its history ends before DescribeExecution says it ended
+    await collecting;
+    await announceChild({ ...announced, ...outcome });
   }
 }
 
@@ -529,10 +561,10 @@ const events = [];
 // the state's input and output, so the twin's GetExecutionHistory answers while the run goes on.
 function liveLog(event, executionName) {
   if (!job.liveEventLog) return;
-  // A child's start and end are its own history's, never this execution's. Its states are logged
-  // here, which AWS does not do (the parent's history has only the Task's events): the client's
-  // progress reads them (docs/twin.md, "Child executions").
-  if (executionName !== null && event.type.startsWith('Execution')) return;
+  // An in-process child's events are its own history's; the parent's history has only the Task's
+  // events (taskEventOf), its TaskFailed among them.
+  const file = executionName === null ? job.liveEventLog : childLiveLog(executionName);
+  if (executionName === null && event.type === 'StateFailed' && ownTaskEvents.has(event.state?.name)) return;
   const line = {
     execution: executionName,
     type: event.type,
@@ -544,7 +576,30 @@ function liveLog(event, executionName) {
     error: event.Error ?? null,
     cause: event.Cause ?? null,
   };
-  appendFileSync(job.liveEventLog, `${JSON.stringify(line)}\n`);
+  appendFileSync(file, `${JSON.stringify(line)}\n`);
+}
+
+/** The Task events (TaskScheduled, TaskStarted, TaskSubmitted, TaskSucceeded, TaskFailed) of the
+ * StartExecution Task `stateName`, into this execution's live log as AWS puts them in its history. */
+function taskEventOf(stateName, resource) {
+  return async (type, fields) => {
+    if (!job.liveEventLog) return;
+    // the handler runs as the state is entered: the collector logs StateEntered first
+    await new Promise((resolve) => setImmediate(resolve));
+    const line = {
+      execution: null,
+      type,
+      timestamp: Date.now(),
+      state: stateName,
+      stateType: 'Task',
+      resource,
+      input: fields.parameters ?? null,
+      output: fields.output ?? null,
+      error: fields.error ?? null,
+      cause: fields.cause ?? null,
+    };
+    appendFileSync(job.liveEventLog, `${JSON.stringify(line)}\n`);
+  };
 }
 
 /** Every event of `run` into the run's event log; `executionName` is null for this execution's

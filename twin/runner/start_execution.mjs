@@ -156,24 +156,45 @@ function syncAuthorizations(record) {
 }
 
 /** The local handler of one startExecution Task. `env`: machines ({arn: {name, definition}}),
- * runChild(machine, name, input, arn) -> Promise<{status, output, error, cause}>, and
- * authorized(calls) (optional): records the calls Step Functions makes with the role. */
+ * runChild(machine, name, input, arn) -> Promise<{status, output, error, cause}>,
+ * authorized(calls) (optional): records the calls Step Functions makes with the role, and
+ * taskEvent(type, fields) (optional): logs one of the Task's events in the parent's history. */
 export function startExecutionHandler(resource, env) {
   const pattern = RESOURCE.exec(resource);
   const sync = Boolean(pattern[1]);
   const version = pattern[2] ?? '';
+  // what the parent's history shows of the Task (AWS: TaskScheduled, TaskStarted, TaskSubmitted
+  // with the StartExecution response, then TaskSucceeded or TaskFailed); optional
+  const taskEvent = env.taskEvent ?? (async () => {});
   return async (params) => {
-    const record = startChild(params ?? {}, env);
+    await taskEvent('TaskScheduled', { parameters: params ?? {} });
+    await taskEvent('TaskStarted', {});
+    let record;
+    try {
+      record = startChild(params ?? {}, env);
+    } catch (err) {
+      await taskEvent('TaskFailed', { error: err.name, cause: err.message });
+      throw err;
+    }
     env.authorized?.(
       sync
         ? syncAuthorizations(record)
         : [authorization('states:StartExecution', 'statemachine', record.stateMachineArn)],
     );
-    if (!sync) return { ExecutionArn: record.executionArn, StartDate: record.startedAt };
+    const submitted = { ExecutionArn: record.executionArn, StartDate: record.startedAt };
+    if (!sync) {
+      await taskEvent('TaskSucceeded', { output: submitted });
+      return submitted;
+    }
+    await taskEvent('TaskSubmitted', { output: submitted });
     await record.done;
     const description = describe(record, version);
-    if (record.status !== 'SUCCEEDED')
-      throw new StatesError('States.TaskFailed', JSON.stringify(description));
+    if (record.status !== 'SUCCEEDED') {
+      const failure = new StatesError('States.TaskFailed', JSON.stringify(description));
+      await taskEvent('TaskFailed', { error: failure.name, cause: failure.message });
+      throw failure;
+    }
+    await taskEvent('TaskSucceeded', { output: description });
     return description;
   };
 }
