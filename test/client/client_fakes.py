@@ -96,3 +96,54 @@ class FakeSsm:
         if Name not in self.parameters:
             raise error("ParameterNotFound", "GetParameter")
         return {"Parameter": {"Name": Name, "Value": self.parameters[Name]}}
+
+
+ATTEMPT_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:Attempt"
+
+
+def attempt_arn(n: int) -> str:
+    return f"arn:aws:states:us-east-1:123456789012:execution:Attempt:run-1-attempt-{n}"
+
+
+def submitted(attempt: str, resource_type: str = "states") -> dict[str, Any]:
+    """`Run attempt`'s TaskSubmitted (startExecution.sync:2): the StartExecution response."""
+    output = json.dumps({"ExecutionArn": attempt, "StartDate": 1795000000000})
+    return {
+        "type": "TaskSubmitted",
+        "taskSubmittedEventDetails": {
+            "resourceType": resource_type,
+            "resource": "startExecution.sync:2",
+            "output": output,
+        },
+    }
+
+
+@dataclass
+class FakeExecutions:
+    """A workflow execution (EXECUTION) and its launch attempts, each with its own history.
+    steps: each DescribeExecution of EXECUTION moves one step on: (status, {arn: new events}).
+    unreadable: {arn: error codes} the next history reads of that arn raise, one a read."""
+
+    steps: list[tuple[str, dict[str, list[dict[str, Any]]]]]
+    unreadable: dict[str, list[str]] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    _step: int = -1
+    _events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def describe_execution(self, executionArn: str) -> dict[str, Any]:
+        assert executionArn == EXECUTION, "the client describes the workflow's execution only"
+        self._step = min(self._step + 1, len(self.steps) - 1)
+        status, new = self.steps[self._step]
+        for arn, events in new.items():
+            history = self._events.setdefault(arn, [])
+            base = len(history)
+            history.extend([{**e, "id": base + i + 1} for i, e in enumerate(events)])
+        return {"executionArn": executionArn, "status": status}
+
+    def get_execution_history(self, **kwargs: Any) -> dict[str, Any]:
+        arn = kwargs["executionArn"]
+        self.reads.append(arn)
+        codes = self.unreadable.get(arn)
+        if codes:
+            raise error(codes.pop(0), "GetExecutionHistory")
+        return {"events": list(reversed(self._events.get(arn, [])))}

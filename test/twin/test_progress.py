@@ -21,10 +21,18 @@ from twin.scenario import Options, run
 POLL_SECONDS = "10"
 
 
+def attempt_log(events: Path) -> Path:
+    """The live log of the run's (only) launch attempt: a child execution with its own history,
+    beside the run's, named by the ExecutionArn of `Run attempt`'s TaskSubmitted."""
+    lines = [json.loads(raw) for raw in events.read_text().splitlines()]
+    (arn,) = [e["output"]["ExecutionArn"] for e in lines if e["type"] == "TaskSubmitted"]
+    return events.with_name(f"{arn.rsplit(':', 1)[1]}.events.jsonl")
+
+
 def check_compaction_outputs(events: Path) -> list[dict[str, Any]]:
-    """$.compaction after each Check compaction, from the runner's live event log."""
+    """$.compaction after each Check compaction, from the attempt's live event log."""
     found = []
-    for raw in events.read_text().splitlines():
+    for raw in attempt_log(events).read_text().splitlines():
         event = json.loads(raw)
         if event["type"] == "StateExited" and event["state"] == "Check compaction":
             found.append(event["output"]["compaction"])
