@@ -315,6 +315,13 @@ export class CompactorStack extends Stack {
           resources: [executions],
         }),
         new iam.PolicyStatement({
+          sid: 'FollowLaunchAttempts',
+          // each launch attempt is a child execution with its own history: the client's --wait and status read
+          // its phases and copy progress there (the workflow's history names it in Run attempt's TaskSubmitted)
+          actions: ['states:DescribeExecution', 'states:GetExecutionHistory'],
+          resources: [this.executionsOf(this.workflow.attempt.stateMachine)],
+        }),
+        new iam.PolicyStatement({
           sid: 'StartBatches',
           actions: ['states:StartExecution'],
           resources: [batchStateMachine.stateMachineArn],

@@ -237,6 +237,13 @@ function stateMachineAcknowledgements(t: NagAcknowledgementTargets): Acknowledge
       reason:
         'Executions are named by the caller, so the statement covers the executions of this one state machine.',
     },
+    {
+      on: t.pipelinePolicy,
+      rule: `IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:<${logicalId(t.attemptStateMachine)}.Name>:*]`,
+      reason:
+        "The launch attempts, child executions named after their workflow execution, whose histories hold the copy's " +
+        'progress (`ebs-compactor --wait`, status): read only, the attempt state machine only.',
+    },
   ];
 }
 
