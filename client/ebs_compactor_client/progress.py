@@ -53,7 +53,9 @@ class Progress:
             if attempt is None:
                 self.last_event_id = max(self.last_event_id, event_id)
             else:
-                self.attempt_event_ids[attempt] = max(self.attempt_event_ids.get(attempt, 0), event_id)
+                self.attempt_event_ids[attempt] = max(
+                    self.attempt_event_ids.get(attempt, 0), event_id
+                )
             line = self._apply_one(event)
             if line:
                 lines.append(line)

@@ -957,7 +957,10 @@ describe('default stack', () => {
     expect(JSON.stringify(watch.Resource)).toMatch(/:execution:.*WorkflowStateMachine.*Name.*:\*/);
     // a launch attempt is a child execution: the client reads its history, and may not stop it
     const follow = statements.find((s) => s.Sid === 'FollowLaunchAttempts');
-    expect(follow && actionsOf(follow).sort()).toEqual(['states:DescribeExecution', 'states:GetExecutionHistory']);
+    expect(follow && actionsOf(follow).sort()).toEqual([
+      'states:DescribeExecution',
+      'states:GetExecutionHistory',
+    ]);
     expect(JSON.stringify(follow?.Resource)).toMatch(/:execution:.*AttemptStateMachine.*Name.*:\*/);
     expect(JSON.stringify(statementsWith(statements, 'ssm:GetParameter')[0].Resource)).toMatch(
       /StateMachineArnParameter/,

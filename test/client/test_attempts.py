@@ -32,8 +32,10 @@ def wait(fake: FakeExecutions) -> list[str]:
 
 def test_parent_only_reads_the_workflows_history_alone() -> None:
     fake = FakeExecutions(
-        [("RUNNING", {EXECUTION: [entered("Prepare phase")]}),
-         ("SUCCEEDED", {EXECUTION: [entered("Report phase")]})]  # fmt: skip
+        [
+            ("RUNNING", {EXECUTION: [entered("Prepare phase")]}),
+            ("SUCCEEDED", {EXECUTION: [entered("Report phase")]}),
+        ]
     )
     assert wait(fake) == ["phase: Prepare", "phase: Report"]
     assert set(fake.reads) == {EXECUTION}
@@ -42,8 +44,16 @@ def test_parent_only_reads_the_workflows_history_alone() -> None:
 def test_the_attempts_phases_and_copy_come_from_its_own_history() -> None:
     fake = FakeExecutions(
         [
-            ("RUNNING", {EXECUTION: [entered("Prepare phase"), entered("Run attempt", "Task"),
-                                     submitted(A1)]}),  # fmt: skip
+            (
+                "RUNNING",
+                {
+                    EXECUTION: [
+                        entered("Prepare phase"),
+                        entered("Run attempt", "Task"),
+                        submitted(A1),
+                    ]
+                },
+            ),
             ("RUNNING", {A1: [entered("Launch phase"), entered("Compaction phase")]}),
             ("RUNNING", {A1: [check_compaction(None), check_compaction(COPY)]}),
             ("SUCCEEDED", {EXECUTION: [entered("Report phase")]}),
@@ -63,10 +73,23 @@ def test_a_relaunch_is_followed_to_the_newest_attempt() -> None:
         [
             ("RUNNING", {EXECUTION: [submitted(A1)], A1: [entered("Launch phase")]}),
             # the first attempt's end and the second's start come within one poll
-            ("RUNNING", {A1: [entered("Instance lost: teardown phase")],
-                         EXECUTION: [entered("Relaunch"), submitted(A2)]}),  # fmt: skip
-            ("RUNNING", {A2: [entered("Launch phase"), entered("Compaction phase"),
-                              check_compaction(COPY)]}),  # fmt: skip
+            (
+                "RUNNING",
+                {
+                    A1: [entered("Instance lost: teardown phase")],
+                    EXECUTION: [entered("Relaunch"), submitted(A2)],
+                },
+            ),
+            (
+                "RUNNING",
+                {
+                    A2: [
+                        entered("Launch phase"),
+                        entered("Compaction phase"),
+                        check_compaction(COPY),
+                    ]
+                },
+            ),
             ("SUCCEEDED", {}),
         ]
     )
@@ -99,10 +122,11 @@ def test_an_attempt_not_readable_yet_is_read_again_at_the_next_poll() -> None:
 def test_an_attempt_never_readable_is_said_once_and_the_wait_goes_on() -> None:
     polls = UNREADABLE_POLLS + 3
     fake = FakeExecutions(
-        [("RUNNING", {EXECUTION: [submitted(A1)]})] + [("RUNNING", {})] * (polls - 2)
+        [("RUNNING", {EXECUTION: [submitted(A1)]})]
+        + [("RUNNING", {})] * (polls - 2)
         + [("SUCCEEDED", {EXECUTION: [entered("Report phase")]})],
         unreadable={A1: ["AccessDeniedException"] * polls},
-    )  # fmt: skip
+    )
     lines = wait(fake)
     assert lines[-1] == "phase: Report"
     (said,) = [line for line in lines if "not readable" in line]
@@ -128,8 +152,15 @@ def test_only_a_startexecution_tasks_submission_names_an_attempt() -> None:
 
 def test_status_shows_the_running_attempts_phase_and_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeExecutions(
-        [("RUNNING", {EXECUTION: [entered("Prepare phase"), submitted(A1)],
-                      A1: [entered("Compaction phase"), check_compaction(COPY)]})]  # fmt: skip
+        [
+            (
+                "RUNNING",
+                {
+                    EXECUTION: [entered("Prepare phase"), submitted(A1)],
+                    A1: [entered("Compaction phase"), check_compaction(COPY)],
+                },
+            )
+        ]
     )
     monkeypatch.setattr(api_module.Api, "create", classmethod(lambda cls, *a: cls(fake, None)))
     result = CliRunner().invoke(cli.cli, ["status", EXECUTION], catch_exceptions=False)
