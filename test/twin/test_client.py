@@ -234,3 +234,60 @@ def _batch_through_the_client(emu: Emulator, stack: list[str], snapshot: str) ->
     assert (summary["totals"]["succeeded"], summary["totals"]["failed"]) == (1, 1), summary
     assert [item["id"] for item in summary["failedItems"]] == [missing], summary
     assert lines[-1].startswith("SUCCEEDED outcome=partial items=2"), lines
+
+
+CHILD = {
+    "StartAt": "Child phase",
+    "States": {
+        "Child phase": {"Type": "Pass", "Next": "Boom"},
+        "Boom": {"Type": "Fail", "Error": "Boom", "Cause": "the child failed"},
+    },
+}
+
+
+def test_a_failed_child_is_its_own_execution_and_fails_the_task(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """A startExecution.sync:2 Task whose child fails, as AWS shows it: the parent's history has
+    the Task's events ending in TaskFailed (States.TaskFailed), the child its own states and its
+    own end; the child's first history read answers ExecutionDoesNotExist; --wait follows it."""
+    d = Deployment(stack_name="ClientTwin", region=emulator.region, account=emulator.account)
+    sfn, role = emulator.boto3_client("stepfunctions"), f"arn:aws:iam::{d.account}:role/twin-sm"
+    child = sfn.create_state_machine(name="child", definition=json.dumps(CHILD), roleArn=role)
+    task = {"Type": "Task", "Resource": "arn:aws:states:::states:startExecution.sync:2",
+            "Parameters": {"StateMachineArn": child["stateMachineArn"], "Input": {}},
+            "End": True}  # fmt: skip
+    parent = {"StartAt": "Run child", "States": {"Run child": task}}
+    arn = sfn.create_state_machine(name="parent", definition=json.dumps(parent), roleArn=role)[
+        "stateMachineArn"
+    ]
+    child_arn = child["stateMachineArn"]
+    machines = {arn: Machine("", arn, "parent", parent),
+                child_arn: Machine("", child_arn, "child", CHILD)}  # fmt: skip
+    with serve(emulator, d, machines, tmp_path / "logs"):
+        proc = client(emulator, "start", "--state-machine-arn", arn, "--snapshot",
+                      "snap-0123456789abcdef0", "--wait", "--poll-seconds", "0.2")  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        assert "phase: Child" in proc.stderr.splitlines(), proc.stderr
+        execution = proc.stdout.splitlines()[0].removeprefix("started: ")
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+        assert [e["type"] for e in events] == [
+            "ExecutionStarted", "TaskStateEntered", "TaskScheduled", "TaskStarted",
+            "TaskSubmitted", "TaskFailed", "ExecutionFailed"]  # fmt: skip
+        failed = events[5]["taskFailedEventDetails"]
+        assert (failed["resourceType"], failed["error"]) == ("states", "States.TaskFailed")
+        started = json.loads(events[4]["taskSubmittedEventDetails"]["output"])["ExecutionArn"]
+        assert json.loads(failed["cause"])["Error"] == "Boom"
+        described = sfn.describe_execution(executionArn=started)
+        assert (described["status"], described["error"]) == ("FAILED", "Boom")
+        own = [e["type"] for e in sfn.get_execution_history(executionArn=started)["events"]]
+        assert own[0] == "ExecutionStarted" and own[-1] == "ExecutionFailed", own
+        # the next run's child, read by no client yet: its first history read is refused
+        second = _wait_for(emulator, _start(emulator, arn, {}), "FAILED")["executionArn"]
+        events = sfn.get_execution_history(executionArn=second)["events"]
+        fresh = json.loads(events[4]["taskSubmittedEventDetails"]["output"])["ExecutionArn"]
+        with pytest.raises(sfn.exceptions.ExecutionDoesNotExist):
+            sfn.get_execution_history(executionArn=fresh)
+        assert sfn.get_execution_history(executionArn=fresh)["events"][-1]["type"] == (
+            "ExecutionFailed"
+        )
