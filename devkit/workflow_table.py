@@ -28,9 +28,22 @@ LINK_PREFIX = "../"
 MACHINES = {"main": "main", "cleanup": "cleanup"}
 # lib/ before tasks.json: `b.task('State', this.fn.module, ...)`.
 LIB_TASK = re.compile(r"\.task\(\s*'([^']+)',\s*(?:this\.)?fn\.(\w+)")
-OTHER_STATE = re.compile(r"new sfn\.(Pass|Choice|Wait|Succeed|Fail)\(\s*this[\w.]*,\s*'([^']+)'")
-KINDS = {"markPhase": "Pass (phase)", "raise": "Pass (error)"}
-MARKED_STATE = re.compile(r"\.(markPhase|raise)\(\s*'([^']+)'")
+# A state's name as lib/ writes it: a literal, or an entry of an exported constant object
+# (`BATCH_STATES.estimate`, `ATTEMPT_STATES.ended`).
+NAME = r"(?:'([^']+)'|([A-Z][A-Z_]*\.\w+))"
+OTHER_STATE = re.compile(rf"new sfn\.(Pass|Choice|Wait|Succeed|Fail)\(\s*this[\w.]*,\s*{NAME}")
+CHILD_STATE = re.compile(
+    rf"(?:new (tasks)\.StepFunctionsStartExecution\(\s*this[\w.]*,|this\.(startChild)\()\s*{NAME}"
+)
+KINDS = {
+    "markPhase": "Pass (phase)",
+    "raise": "Pass (error)",
+    "tasks": "Task (a child execution, startExecution.sync:2)",
+    "startChild": "Task (a child execution, startExecution.sync:2)",
+}
+MARKED_STATE = re.compile(rf"\.(markPhase|raise)\(\s*{NAME}")
+CONSTANT = re.compile(r"export const ([A-Z][A-Z_]*) = \{([^}]*)\}")
+ENTRY = re.compile(r"(\w+): '([^']+)'")
 
 
 @dataclass(frozen=True)
@@ -187,15 +200,26 @@ def task_table(root: Path = ROOT) -> str:
 
 
 def other_states(root: Path = ROOT) -> list[tuple[str, str, Path, int]]:
-    """(kind, state, file, line) of every Pass/Choice/Wait/Succeed/Fail state lib/ names itself,
-    plus the phase markers and error raisers built by workflow-building-blocks.ts."""
+    """(kind, state, file, line) of every Pass/Choice/Wait/Succeed/Fail state lib/ names itself
+    (by a literal or an exported constant's entry), the phase markers and error raisers built by
+    workflow-building-blocks.ts, and the Tasks that run a child execution instead of a Lambda."""
+    texts = {path: (root / path).read_text() for path in _lib_files(root)}
+    names = {
+        f"{constant[1]}.{entry[1]}": entry[2]
+        for text in texts.values()
+        for constant in CONSTANT.finditer(text)
+        for entry in ENTRY.finditer(constant[2])
+    }
     found = []
-    for path in _lib_files(root):
-        text = (root / path).read_text()
-        for pattern in (OTHER_STATE, MARKED_STATE):
+    for path, text in texts.items():
+        for pattern in (OTHER_STATE, MARKED_STATE, CHILD_STATE):
             for match in pattern.finditer(text):
-                kind = KINDS.get(match[1], match[1])
-                found.append((kind, match[2], path, _line_of(text, match.start(2))))
+                *kinds, literal, constant = match.groups()
+                name = literal or names.get(constant)
+                if name is not None:
+                    kind = next(k for k in kinds if k)
+                    at = _line_of(text, match.start(len(kinds) + (1 if literal else 2)))
+                    found.append((KINDS.get(kind, kind), name, path, at))
     return sorted(found, key=lambda f: (f[2], f[3]))
 
 

@@ -59,6 +59,9 @@ def _repo(tmp_path: Path) -> Path:
     (tmp_path / "lib" / "workflow.ts").write_text(
         "const x = 1;\nconst launch = b.task(\n  'Launch it',\n  fn.launch,\n);\n"
         "const ok = new sfn.Pass(this, 'All good');\n"
+        "export const NAMES = {\n  done: 'All done',\n};\n"
+        "const end = new sfn.Succeed(this, NAMES.done);\n"
+        "const run = new tasks.StepFunctionsStartExecution(this, 'Run child', {});\n"
     )
     handlers = tmp_path / "lambdas" / "compactor"
     (handlers / "launch.py").write_text("")
@@ -85,6 +88,9 @@ def test_workflow_table_leads_from_state_to_builder_handler_domain_tests(tmp_pat
     assert "test_other" not in row
     others = workflow_table.other_table(root)
     assert "| All good | Pass | [lib/workflow.ts:6](../lib/workflow.ts#L6) |" in others
+    assert "| All done | Succeed | [lib/workflow.ts:10](../lib/workflow.ts#L10) |" in others
+    child = "Task (a child execution, startExecution.sync:2)"
+    assert f"| Run child | {child} | [lib/workflow.ts:11](../lib/workflow.ts#L11) |" in others
 
 
 def test_builder_line_falls_back_to_the_contract_when_lib_does_not_name_the_state(
